@@ -1,0 +1,19 @@
+//! The RSS++ engine, with no I/O: everything here is a pure function of its
+//! inputs, and time is passed in, so the simulator, the Linux daemon and the
+//! tests all run the same policy code.
+//!
+//! - [`toeplitz`]: the NIC's RSS hash and the bucket a flow lands in.
+//! - [`reta`]: the indirection table (bucket → core).
+//! - [`counters`]: per-core, per-bucket packet counters with epoch-based reset.
+//! - [`balance`]: the RSS++ rebalancer (§3.1 of the paper) and CPU scaling (§3.2).
+//! - [`control`]: the control-loop policy (interval, back-off, migration plans).
+
+#![warn(missing_docs)]
+
+pub mod flow;
+pub mod reta;
+pub mod toeplitz;
+
+pub use flow::FlowKey;
+pub use reta::{BucketMove, CoreId, IndirectionTable, MigrationPlan};
+pub use toeplitz::{bucket_of, RssKey, Toeplitz};
