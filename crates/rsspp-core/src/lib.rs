@@ -10,10 +10,15 @@
 
 #![warn(missing_docs)]
 
+pub mod balance;
+pub mod counters;
 pub mod flow;
 pub mod reta;
 pub mod toeplitz;
 
+pub use balance::{
+    rebalance, BalanceConfig, BalanceError, BalanceOutcome, LoadReport, ScalingAction,
+};
 pub use flow::FlowKey;
 pub use reta::{BucketMove, CoreId, IndirectionTable, MigrationPlan};
 pub use toeplitz::{bucket_of, RssKey, Toeplitz};

@@ -260,10 +260,11 @@ impl IndirectionTable {
 
     /// The distinct cores that own at least one bucket, ascending.
     pub fn cores_in_use(&self) -> Vec<CoreId> {
-        let mut cores: Vec<CoreId> = self.entries.clone();
-        cores.sort_unstable();
-        cores.dedup();
-        cores
+        let mut used = vec![false; self.entries.iter().max().map_or(0, |&c| c + 1)];
+        for &c in &self.entries {
+            used[c] = true;
+        }
+        (0..used.len()).filter(|&c| used[c]).collect()
     }
 
     /// Points `bucket` at `to` and returns the core it was on.
@@ -390,7 +391,7 @@ mod tests {
             assert_eq!(t, before);
         }
         assert!(matches!(
-            IndirectionTable::from_entries(vec![0, 1, 2].repeat(22)[..64].to_vec(), 2),
+            IndirectionTable::from_entries([0, 1, 2].repeat(22)[..64].to_vec(), 2),
             Err(RetaError::UnknownCore { core: 2, cores: 2 })
         ));
     }
