@@ -4,13 +4,15 @@
 //!
 //! - [`toeplitz`]: the NIC's RSS hash and the bucket a flow lands in.
 //! - [`reta`]: the indirection table (bucket → core).
-//! - [`counters`]: per-core, per-bucket packet counters with epoch-based reset.
+//! - [`counters`]: per-core, per-bucket packet counters, lossless, with no
+//!   atomic read-modify-write on the packet path.
 //! - [`balance`]: the RSS++ rebalancer (§3.1 of the paper) and CPU scaling (§3.2).
 //! - [`control`]: the control-loop policy (interval, back-off, migration plans).
 
 #![warn(missing_docs)]
 
 pub mod balance;
+pub mod control;
 pub mod counters;
 pub mod flow;
 pub mod reta;
@@ -19,6 +21,7 @@ pub mod toeplitz;
 pub use balance::{
     rebalance, BalanceConfig, BalanceError, BalanceOutcome, LoadReport, ScalingAction,
 };
+pub use control::{ControlConfig, ControlLoop};
 pub use flow::FlowKey;
 pub use reta::{BucketMove, CoreId, IndirectionTable, MigrationPlan};
 pub use toeplitz::{bucket_of, RssKey, Toeplitz};

@@ -1,1 +1,66 @@
-fn main() {}
+//! `rsspp`: load- and state-aware receive-side scaling (RSS++).
+
+mod cmd;
+mod error;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::error::CliError;
+
+/// Load- and state-aware receive-side scaling (RSS++): hashing, rebalancing
+/// and scaling the cores that serve a NIC's indirection table.
+#[derive(Debug, Parser)]
+#[command(name = "rsspp", version, propagate_version = true)]
+struct Cli {
+    /// More log output (-v: debug, -vv: trace); RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Show the RSS++ rebalancer on a built-in skewed workload: per-core load
+    /// under the static table, then after each rebalancing round.
+    Demo(cmd::demo::DemoArgs),
+    /// Compute the Toeplitz RSS hash of a flow (and its bucket), as a NIC does.
+    Hash(cmd::hash::HashArgs),
+    /// Run one rebalancing round on a JSON description of the table, the
+    /// per-bucket packet counts and the per-core loads; print the new table.
+    Balance(cmd::balance::BalanceArgs),
+}
+
+fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.verbose);
+    let result: Result<(), CliError> = match &cli.command {
+        Command::Demo(args) => cmd::demo::run(args),
+        Command::Hash(args) => cmd::hash::run(args),
+        Command::Balance(args) => cmd::balance::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(CliError::BrokenPipe) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rsspp: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,269 @@
+//! `rsspp demo`: the rebalancer on a built-in skewed workload.
+//!
+//! Bucket demands follow a Zipf law (a few buckets carry most of the
+//! traffic, as on real links) and two elephant flows land on the same core.
+//! Each round "measures" like the data path does: packets counted per bucket
+//! on arrival, core loads capped at 1.0 (a saturated core cannot report its
+//! true demand), then runs the same control loop as the daemon.
+
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rsspp_core::{BalanceConfig, ControlConfig, ControlLoop, IndirectionTable, ScalingAction};
+
+use crate::error::CliError;
+
+/// `writeln!` into the report string (writing to a `String` cannot fail).
+macro_rules! outln {
+    ($o:expr) => { $o.push('\n') };
+    ($o:expr, $($arg:tt)*) => {{
+        use std::fmt::Write as _;
+        writeln!($o, $($arg)*).expect("writing to a String")
+    }};
+}
+
+/// Arguments of `rsspp demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Cores serving the table.
+    #[arg(long, default_value_t = 8)]
+    cores: usize,
+    /// Indirection table size (power of two, 64–65536).
+    #[arg(long, default_value_t = 128)]
+    buckets: usize,
+    /// Average demand per core, in cores (0.7 = 70%).
+    #[arg(long, default_value_t = 0.7)]
+    load: f64,
+    /// Rebalancing rounds to run (100 ms apart).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Seed of the workload.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Let the loop add or remove cores (RSS++ §3.2); the workload then
+    /// starts on half the cores.
+    #[arg(long)]
+    autoscale: bool,
+}
+
+/// Packets counted per unit of demand over one interval.
+const PACKETS_PER_LOAD: f64 = 1e6;
+
+/// Per-bucket demand: Zipf(0.9) in random order, plus two elephants placed
+/// on buckets that the static table gives to the same core.
+fn workload(args: &DemoArgs, first_cores: usize) -> Vec<f64> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
+    let mut demand: Vec<f64> = (1..=args.buckets)
+        .map(|r| 1.0 / (r as f64).powf(0.9))
+        .collect();
+    demand.shuffle(&mut rng);
+    // 25% of the demand in two elephants on buckets 0 and `first_cores`
+    // (the same core under `equal`), 75% in the Zipf buckets.
+    let total = args.load * args.cores as f64;
+    demand[0] = 0.0;
+    demand[first_cores] = 0.0;
+    let light: f64 = demand.iter().sum();
+    for d in &mut demand {
+        *d *= 0.75 * total / light;
+    }
+    demand[0] = 0.15 * total;
+    demand[first_cores] = 0.10 * total;
+    demand
+}
+
+fn measure(
+    table: &IndirectionTable,
+    demand: &[f64],
+    cores: usize,
+) -> (Vec<u64>, Vec<f64>, Vec<f64>) {
+    let mut true_load = vec![0.0; cores];
+    for (b, &d) in demand.iter().enumerate() {
+        true_load[table.core_of(b)] += d;
+    }
+    let packets = demand
+        .iter()
+        .map(|d| (d * PACKETS_PER_LOAD).round() as u64)
+        .collect();
+    let reported = true_load.iter().map(|l: &f64| l.min(1.0)).collect();
+    (packets, reported, true_load)
+}
+
+fn bar(load: f64) -> String {
+    const WIDTH: f64 = 40.0;
+    let cells = (load.min(1.0) * WIDTH).round() as usize;
+    let over = ((load - 1.0).max(0.0) * WIDTH).round() as usize;
+    format!(
+        "{}{}{}",
+        "█".repeat(cells),
+        "░".repeat(WIDTH as usize - cells),
+        "▓".repeat(over.min(40))
+    )
+}
+
+fn summary(true_load: &[f64], active: &[usize]) -> (f64, f64) {
+    let loads: Vec<f64> = active.iter().map(|&c| true_load[c]).collect();
+    let max = loads.iter().cloned().fold(0.0, f64::max);
+    let min = loads.iter().cloned().fold(f64::MAX, f64::min);
+    let mean = loads.iter().sum::<f64>() / loads.len() as f64;
+    (max, (max - min) / mean)
+}
+
+fn print_loads(o: &mut String, true_load: &[f64], active: &[usize]) {
+    for (c, &l) in true_load.iter().enumerate() {
+        let note = if !active.contains(&c) {
+            "idle".to_string()
+        } else if l > 1.0 {
+            format!("saturated: reports 1.00, demand {l:.2}")
+        } else {
+            String::new()
+        };
+        outln!(o, "  core {c:>3}  {}  {l:>5.2}  {note}", bar(l));
+    }
+}
+
+/// Runs `rsspp demo`.
+pub fn run(args: &DemoArgs) -> Result<(), CliError> {
+    if args.cores < 2 {
+        return Err(CliError::Invalid(format!(
+            "--cores {} : the demo needs at least 2 cores",
+            args.cores
+        )));
+    }
+    if !(args.load > 0.0 && args.load <= 1.0) {
+        return Err(CliError::Invalid(format!(
+            "--load {} is not in (0, 1]",
+            args.load
+        )));
+    }
+    let first_cores = if args.autoscale {
+        (args.cores / 2).max(2)
+    } else {
+        args.cores
+    };
+    let table = IndirectionTable::equal(args.buckets, first_cores)?;
+    if args.buckets <= first_cores {
+        return Err(CliError::Invalid(format!(
+            "--buckets {} must be more than the {first_cores} cores",
+            args.buckets
+        )));
+    }
+    let demand = workload(args, first_cores);
+    let config = ControlConfig {
+        balance: BalanceConfig {
+            autoscale: args.autoscale,
+            ..BalanceConfig::default()
+        },
+        ..ControlConfig::default()
+    };
+    let mut ctl = ControlLoop::new(table, config);
+    let mut o = String::new();
+
+    outln!(
+        o,
+        "rsspp demo: {} cores, {}-bucket indirection table, average demand {:.2} per core (seed {})",
+        args.cores, args.buckets, args.load, args.seed
+    );
+    outln!(o, "workload: Zipf(0.9) bucket loads plus two elephant flows on the same core; bars: demand (▓ = beyond the core's capacity)");
+    outln!(o);
+    let (_, _, true_load) = measure(ctl.table(), &demand, args.cores);
+    let active = ctl.table().cores_in_use();
+    outln!(
+        o,
+        "static table (like `ethtool -X IF equal {first_cores}`):"
+    );
+    print_loads(&mut o, &true_load, &active);
+    let (max_before, spread_before) = summary(&true_load, &active);
+
+    let mut moved = 0;
+    let mut isolated: Vec<usize> = Vec::new();
+    let mut solve_total = Duration::ZERO;
+    let mut now = Duration::ZERO;
+    for round in 1..=args.rounds {
+        let (packets, reported, _) = measure(ctl.table(), &demand, args.cores);
+        let mut handed = String::new();
+        let started = Instant::now();
+        let tick = ctl
+            .tick(now, &packets, &reported, |plan| {
+                handed = plan.to_string();
+                Ok(())
+            })
+            .map_err(|e| CliError::Invalid(e.to_string()))?;
+        let took = started.elapsed();
+        solve_total += took;
+        now += tick.next_interval;
+        let out = &tick.outcome;
+        moved += out.plan.moves.len();
+        if !out.plan.is_empty() {
+            isolated = out.isolated_buckets.clone();
+        }
+        outln!(o);
+        if out.plan.is_empty() {
+            outln!(
+                o,
+                "round {round}: balanced, nothing moves ({} µs)",
+                took.as_micros()
+            );
+            continue;
+        }
+        let scaling = match out.scaling {
+            ScalingAction::Add(c) => format!(", core {c} added"),
+            ScalingAction::Remove(c) => format!(", core {c} removed"),
+            ScalingAction::NoSpareCore => ", no spare core to add".to_string(),
+            ScalingAction::None => String::new(),
+        };
+        outln!(
+            o,
+            "round {round}: {} buckets moved in {} µs{}{scaling}",
+            out.plan.moves.len(),
+            took.as_micros(),
+            match out.isolated_buckets.len() {
+                0 => String::new(),
+                n => format!(", {n} elephant bucket(s) isolated on their own core"),
+            }
+        );
+        tracing::info!("plan handed to the state-migration callback: {handed}");
+        let (_, _, true_load) = measure(ctl.table(), &demand, args.cores);
+        print_loads(&mut o, &true_load, &out.active_cores);
+    }
+    let (_, _, true_load) = measure(ctl.table(), &demand, args.cores);
+    let active = ctl.table().cores_in_use();
+    let (max_after, spread_after) = summary(&true_load, &active);
+    let elephant_cores: Vec<usize> = isolated.iter().map(|&b| ctl.table().core_of(b)).collect();
+    let others: Vec<usize> = active
+        .iter()
+        .copied()
+        .filter(|c| !elephant_cores.contains(c))
+        .collect();
+    let (_, spread_others) = summary(&true_load, &others);
+    outln!(o);
+    outln!(
+        o,
+        "most loaded core: {max_before:.2} -> {max_after:.2}; (max - min) / mean over active cores: {:.0}% -> {:.0}%",
+        spread_before * 100.0,
+        spread_after * 100.0
+    );
+    if !elephant_cores.is_empty() {
+        outln!(
+        o,
+            "cores {elephant_cores:?} each serve one elephant bucket alone; the other {} cores are within {:.1}% of each other",
+            others.len(),
+            spread_others * 100.0
+        );
+    }
+    outln!(
+        o,
+        "{moved} bucket moves in {} rounds, {} µs of solving in all; cores in use: {}",
+        args.rounds,
+        solve_total.as_micros(),
+        active.len()
+    );
+    if !elephant_cores.is_empty() {
+        outln!(o, "(a core holding an elephant flow cannot drop below that flow's demand: RSS++ moves buckets, not packets)");
+    }
+    use std::io::Write as _;
+    std::io::stdout()
+        .write_all(o.as_bytes())
+        .map_err(CliError::output)
+}

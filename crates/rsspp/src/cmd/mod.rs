@@ -1,0 +1,5 @@
+//! One module per subcommand.
+
+pub mod balance;
+pub mod demo;
+pub mod hash;

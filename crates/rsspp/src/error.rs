@@ -1,0 +1,95 @@
+//! Errors the command-line tool reports: one line each, naming the problem.
+
+use rsspp_core::balance::BalanceError;
+use rsspp_core::reta::RetaError;
+use rsspp_core::toeplitz::KeyError;
+
+/// Everything a subcommand can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// A bad RSS key.
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    /// A bad indirection table.
+    #[error(transparent)]
+    Reta(#[from] RetaError),
+    /// Measurements the rebalancer refused.
+    #[error(transparent)]
+    Balance(#[from] BalanceError),
+    /// An address that does not parse.
+    #[error("{what} {value:?} is not an IPv4 or IPv6 address")]
+    BadAddress {
+        /// Which field.
+        what: &'static str,
+        /// What was given.
+        value: String,
+    },
+    /// A port that does not parse.
+    #[error("{what} {value:?} is not a port number (0-65535)")]
+    BadPort {
+        /// Which field.
+        what: &'static str,
+        /// What was given.
+        value: String,
+    },
+    /// Source and destination of different families.
+    #[error("source {src} and destination {dst} are not of the same IP family")]
+    MixedFamilies {
+        /// Source.
+        src: String,
+        /// Destination.
+        dst: String,
+    },
+    /// A batch line with the wrong number of fields.
+    #[error("line {line}: expected 'SRC DST SPORT DPORT' (or '- -' for no ports), got {text:?}")]
+    BadLine {
+        /// 1-based line number.
+        line: usize,
+        /// The line.
+        text: String,
+    },
+    /// An error on a numbered input line.
+    #[error("line {line}: {source}")]
+    AtLine {
+        /// 1-based line number.
+        line: usize,
+        /// What went wrong there.
+        source: Box<CliError>,
+    },
+    /// JSON that does not parse or does not have the expected shape.
+    #[error("{origin}: invalid JSON input: {source}")]
+    Json {
+        /// File name or `stdin`.
+        origin: String,
+        /// The parser's message (with line and column).
+        source: serde_json::Error,
+    },
+    /// A file that cannot be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path.
+        path: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A value out of its range.
+    #[error("{0}")]
+    Invalid(String),
+    /// Standard output was closed by the reader (e.g. `| head`): stop quietly.
+    #[error("broken pipe")]
+    BrokenPipe,
+}
+
+impl CliError {
+    /// Wraps an output error, keeping a closed pipe apart.
+    pub fn output(source: std::io::Error) -> Self {
+        if source.kind() == std::io::ErrorKind::BrokenPipe {
+            CliError::BrokenPipe
+        } else {
+            CliError::Io {
+                path: "stdout".into(),
+                source,
+            }
+        }
+    }
+}

@@ -1,0 +1,387 @@
+//! Runs the real `rsspp` binary.
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+use serde_json::{json, Value};
+
+fn rsspp() -> Command {
+    Command::cargo_bin("rsspp").unwrap()
+}
+
+fn stdout_of(cmd: &mut Command) -> String {
+    let out = cmd.assert().success().get_output().stdout.clone();
+    String::from_utf8(out).unwrap()
+}
+
+#[test]
+fn hash_matches_the_microsoft_vectors() {
+    let cases = [
+        (
+            &["66.9.149.187", "161.142.100.80", "2794", "1766"][..],
+            "0x51ccc178",
+        ),
+        (&["66.9.149.187", "161.142.100.80"][..], "0x323e8fc2"),
+        (
+            &["153.39.163.191", "202.188.127.2", "44251", "1303"][..],
+            "0x10e828a2",
+        ),
+        (
+            &[
+                "3ffe:2501:200:1fff::7",
+                "3ffe:2501:200:3::1",
+                "2794",
+                "1766",
+            ][..],
+            "0x40207d3d",
+        ),
+        (
+            &["3ffe:2501:200:1fff::7", "3ffe:2501:200:3::1"][..],
+            "0x2cc18cd5",
+        ),
+    ];
+    for (args, expected) in cases {
+        assert_eq!(
+            stdout_of(rsspp().arg("hash").args(args)),
+            format!("{expected}\n"),
+            "{args:?}"
+        );
+    }
+}
+
+#[test]
+fn hash_prints_the_bucket_with_reta_size() {
+    let out = stdout_of(rsspp().args([
+        "hash",
+        "--reta-size",
+        "128",
+        "66.9.149.187",
+        "161.142.100.80",
+        "2794",
+        "1766",
+    ]));
+    assert_eq!(out, "0x51ccc178 120\n");
+    let out = stdout_of(rsspp().args([
+        "hash",
+        "--reta-size",
+        "512",
+        "66.9.149.187",
+        "161.142.100.80",
+        "2794",
+        "1766",
+    ]));
+    assert_eq!(out, "0x51ccc178 376\n");
+}
+
+#[test]
+fn symmetric_key_hashes_both_directions_alike() {
+    let fwd = stdout_of(rsspp().args([
+        "hash",
+        "--key",
+        "symmetric",
+        "10.1.2.3",
+        "192.168.7.9",
+        "40000",
+        "443",
+    ]));
+    let rev = stdout_of(rsspp().args([
+        "hash",
+        "--key",
+        "symmetric",
+        "192.168.7.9",
+        "10.1.2.3",
+        "443",
+        "40000",
+    ]));
+    assert_eq!(fwd, rev);
+    let fwd = stdout_of(rsspp().args(["hash", "10.1.2.3", "192.168.7.9", "40000", "443"]));
+    assert_ne!(fwd, rev, "the Microsoft key is not symmetric");
+    // The same key given as hex bytes.
+    let hex = "6d5a".repeat(20);
+    let same = stdout_of(rsspp().args([
+        "hash",
+        "--key",
+        &hex,
+        "192.168.7.9",
+        "10.1.2.3",
+        "443",
+        "40000",
+    ]));
+    assert_eq!(same, rev);
+}
+
+#[test]
+fn hash_batch_keeps_order_and_mixes_families() {
+    let input = "66.9.149.187 161.142.100.80 2794 1766\n\
+                 # a comment\n\
+                 \n\
+                 3ffe:2501:200:1fff::7 3ffe:2501:200:3::1 - -\n\
+                 199.92.111.2 65.69.140.83 14230 4739\n";
+    let out = stdout_of(rsspp().args(["hash", "--batch"]).write_stdin(input));
+    assert_eq!(out, "0x51ccc178\n0x2cc18cd5\n0xc626b0ea\n");
+    let out = stdout_of(
+        rsspp()
+            .args(["hash", "--batch", "--reta-size", "128"])
+            .write_stdin(input),
+    );
+    assert_eq!(out, "0x51ccc178 120\n0x2cc18cd5 85\n0xc626b0ea 106\n");
+}
+
+#[test]
+fn hash_rejects_bad_input_with_one_clear_line() {
+    let cases: [(&[&str], &str); 6] = [
+        (
+            &["hash", "300.1.1.1", "1.1.1.1"],
+            "source \"300.1.1.1\" is not an IPv4 or IPv6 address",
+        ),
+        (&["hash", "1.1.1.1", "::1"], "not of the same IP family"),
+        (
+            &["hash", "1.1.1.1", "2.2.2.2", "70000", "1"],
+            "source port \"70000\" is not a port number",
+        ),
+        (
+            &["hash", "--key", "6d5a", "1.1.1.1", "2.2.2.2"],
+            "RSS key is 2 bytes long; it must be at least 40 bytes",
+        ),
+        (
+            &["hash", "--key", "nonsense", "1.1.1.1", "2.2.2.2"],
+            "is not 'microsoft', 'symmetric' or hexadecimal",
+        ),
+        (
+            &["hash", "--reta-size", "100", "1.1.1.1", "2.2.2.2"],
+            "size 100 is not a power of two",
+        ),
+    ];
+    for (args, message) in cases {
+        rsspp()
+            .args(args)
+            .assert()
+            .failure()
+            .code(1)
+            .stdout("")
+            .stderr(
+                predicate::str::contains(message).and(predicate::str::contains("panicked").not()),
+            );
+    }
+    // The lines before the bad one are answered, then the error names the line.
+    let first = stdout_of(rsspp().args(["hash", "1.1.1.1", "2.2.2.2", "1", "2"]));
+    rsspp()
+        .args(["hash", "--batch"])
+        .write_stdin("1.1.1.1 2.2.2.2 1 2\n1.1.1.1 2.2.2.2 1\n")
+        .assert()
+        .failure()
+        .stdout(first)
+        .stderr(predicate::str::contains(
+            "line 2: expected 'SRC DST SPORT DPORT'",
+        ));
+    rsspp()
+        .args(["hash", "--batch"])
+        .write_stdin("1.1.1.1 fe80::1 1 2\n")
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains(
+            "line 1: source 1.1.1.1 and destination fe80::1 are not of the same IP family",
+        ));
+    // A port without the other one is a usage error.
+    rsspp()
+        .args(["hash", "1.1.1.1", "2.2.2.2", "80"])
+        .assert()
+        .failure()
+        .code(2);
+}
+
+fn balance(input: &Value, extra: &[&str]) -> Value {
+    let out = stdout_of(
+        rsspp()
+            .args(["balance", "--input", "-"])
+            .args(extra)
+            .write_stdin(input.to_string()),
+    );
+    serde_json::from_str(&out).unwrap()
+}
+
+/// 128 buckets on 4 cores where core 0 got twice its share of buckets.
+fn skewed() -> Value {
+    let reta: Vec<usize> = (0..128)
+        .map(|b| if b < 51 { 0 } else { 1 + (b - 51) % 3 })
+        .collect();
+    let packets = vec![1000u64; 128];
+    let mut load = [0.0f64; 4];
+    for &c in &reta {
+        load[c] += 0.015;
+    }
+    json!({"reta": reta, "bucket_packets": packets, "core_load": load})
+}
+
+#[test]
+fn balance_moves_buckets_off_the_loaded_core() {
+    let input = skewed();
+    let out = balance(&input, &[]);
+    let reta: Vec<usize> = serde_json::from_value(out["reta"].clone()).unwrap();
+    assert_eq!(reta.len(), 128);
+    let moves = out["moves"].as_array().unwrap();
+    assert!(!moves.is_empty());
+    let old: Vec<usize> = serde_json::from_value(input["reta"].clone()).unwrap();
+    for m in moves {
+        let (b, from, to) = (
+            m["bucket"].as_u64().unwrap() as usize,
+            m["from"].as_u64().unwrap() as usize,
+            m["to"].as_u64().unwrap() as usize,
+        );
+        assert_eq!(old[b], from);
+        assert_eq!(reta[b], to);
+        assert_eq!(from, 0);
+    }
+    let mut counts = [0; 4];
+    for &c in &reta {
+        counts[c] += 1;
+    }
+    assert_eq!(counts, [32, 32, 32, 32]);
+    assert!(out["solve_us"].as_f64().unwrap() >= 0.0);
+    assert_eq!(out["scaling"], json!({"action": "none"}));
+}
+
+#[test]
+fn balance_is_a_pure_function_and_stable_on_its_output() {
+    let input = skewed();
+    let a = balance(&input, &[]);
+    let b = balance(&input, &[]);
+    assert_eq!(a["reta"], b["reta"]);
+    assert_eq!(a["moves"], b["moves"]);
+    // Feed the new table back with the loads it produces: nothing moves.
+    let reta: Vec<usize> = serde_json::from_value(a["reta"].clone()).unwrap();
+    let mut load = [0.0f64; 4];
+    for &c in &reta {
+        load[c] += 0.015;
+    }
+    let again = balance(
+        &json!({"reta": reta, "bucket_packets": vec![1000; 128], "core_load": load}),
+        &[],
+    );
+    assert_eq!(again["moves"], json!([]));
+}
+
+#[test]
+fn balance_autoscale_adds_an_idle_core() {
+    let reta: Vec<usize> = (0..128).map(|b| b % 2).collect();
+    let input = json!({"reta": reta, "bucket_packets": vec![500; 128], "core_load": [0.95, 0.95, 0.0, 0.0]});
+    let out = balance(&input, &["--autoscale"]);
+    assert_eq!(out["scaling"], json!({"action": "add", "core": 2}));
+    assert_eq!(out["active_cores"], json!([0, 1, 2]));
+    let out = balance(&input, &[]);
+    assert_eq!(out["scaling"], json!({"action": "none"}));
+}
+
+#[test]
+fn balance_reads_a_file() {
+    let dir = std::env::temp_dir().join(format!("rsspp-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("in.json");
+    std::fs::write(&path, skewed().to_string()).unwrap();
+    let out = stdout_of(rsspp().args(["balance", "--input"]).arg(&path));
+    assert!(out.contains("\"moves\""));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn balance_rejects_bad_input_with_one_clear_line() {
+    let reta64: Vec<usize> = (0..64).map(|b| b % 2).collect();
+    let cases = [
+        (
+            json!({"reta": reta64, "bucket_packets": vec![1; 10], "core_load": [0.1, 0.2]})
+                .to_string(),
+            "bucket_packets has 10 entries but the table has 64 buckets",
+        ),
+        (
+            json!({"reta": reta64, "bucket_packets": vec![1; 64], "core_load": [0.1]}).to_string(),
+            "core 1 does not exist (there are 1 cores)",
+        ),
+        (
+            json!({"reta": reta64, "bucket_packets": vec![1; 64], "core_load": [0.1, -0.5]})
+                .to_string(),
+            "core 1 has load -0.5; loads must be numbers between 0 and 1",
+        ),
+        (
+            json!({"reta": reta64, "bucket_packets": vec![1; 64], "core_load": [1.5, 0.5]})
+                .to_string(),
+            "core 0 has load 1.5",
+        ),
+        (
+            json!({"reta": [], "bucket_packets": [], "core_load": [0.5]}).to_string(),
+            "indirection table size 0 is not a power of two",
+        ),
+        (
+            json!({"reta": reta64, "bucket_packets": vec![1; 64], "core_load": []}).to_string(),
+            "no cores",
+        ),
+        (
+            json!({"reta": reta64, "bucket_packets": vec![-1; 64], "core_load": [0.1, 0.2]})
+                .to_string(),
+            "invalid JSON input",
+        ),
+        (
+            json!({"reta": reta64, "bucket_packets": vec![1; 64], "core_load": [0.1, "NaN"]})
+                .to_string(),
+            "invalid JSON input",
+        ),
+        (
+            json!({"reta": reta64, "bucket_packets": vec![1; 64], "core_loads": [0.1, 0.2]})
+                .to_string(),
+            "unknown field `core_loads`",
+        ),
+        ("{\"reta\": [0, 1,".to_string(), "stdin: invalid JSON input"),
+    ];
+    for (input, message) in cases {
+        rsspp()
+            .args(["balance", "--input", "-"])
+            .write_stdin(input.clone())
+            .assert()
+            .failure()
+            .code(1)
+            .stdout("")
+            .stderr(
+                predicate::str::contains(message).and(predicate::str::contains("panicked").not()),
+            );
+    }
+    rsspp()
+        .args(["balance", "--input", "/nonexistent/rsspp.json"])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains(
+            "/nonexistent/rsspp.json: No such file or directory",
+        ));
+}
+
+#[test]
+fn demo_shows_the_skewed_state_and_its_repair() {
+    let out = stdout_of(rsspp().arg("demo"));
+    assert!(out.contains("static table"));
+    assert!(out.contains("saturated"));
+    assert!(out.contains("round 1:") && out.contains("buckets moved"));
+    assert!(
+        out.contains("nothing moves"),
+        "a converged loop stops moving:\n{out}"
+    );
+    let out = stdout_of(rsspp().args(["demo", "--autoscale", "--load", "0.5"]));
+    assert!(out.contains("core 4 added"), "{out}");
+    rsspp()
+        .args(["demo", "--buckets", "100"])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("size 100"));
+}
+
+#[test]
+fn every_command_has_help() {
+    for args in [
+        &["--help"][..],
+        &["hash", "--help"],
+        &["balance", "--help"],
+        &["demo", "--help"],
+    ] {
+        rsspp()
+            .args(args)
+            .assert()
+            .success()
+            .stdout(predicate::str::contains("Usage: rsspp"));
+    }
+}
