@@ -31,6 +31,8 @@ enum Command {
     /// Run one rebalancing round on a JSON description of the table, the
     /// per-bucket packet counts and the per-core loads; print the new table.
     Balance(cmd::balance::BalanceArgs),
+    /// Benchmarks behind the README's figures.
+    Bench(cmd::bench::BenchArgs),
 }
 
 fn init_logging(verbose: u8) {
@@ -54,6 +56,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => cmd::demo::run(args),
         Command::Hash(args) => cmd::hash::run(args),
         Command::Balance(args) => cmd::balance::run(args),
+        Command::Bench(args) => cmd::bench::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -24,6 +24,7 @@
 pub mod estimate;
 pub mod scaling;
 mod solver;
+pub mod synthetic;
 
 use serde::Serialize;
 

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
+use rsspp_core::balance::synthetic::measure;
 use rsspp_core::{BalanceConfig, ControlConfig, ControlLoop, IndirectionTable, ScalingAction};
 
 use crate::error::CliError;
@@ -48,9 +49,6 @@ pub struct DemoArgs {
     autoscale: bool,
 }
 
-/// Packets counted per unit of demand over one interval.
-const PACKETS_PER_LOAD: f64 = 1e6;
-
 /// Per-bucket demand: Zipf(0.9) in random order, plus two elephants placed
 /// on buckets that the static table gives to the same core.
 fn workload(args: &DemoArgs, first_cores: usize) -> Vec<f64> {
@@ -71,23 +69,6 @@ fn workload(args: &DemoArgs, first_cores: usize) -> Vec<f64> {
     demand[0] = 0.15 * total;
     demand[first_cores] = 0.10 * total;
     demand
-}
-
-fn measure(
-    table: &IndirectionTable,
-    demand: &[f64],
-    cores: usize,
-) -> (Vec<u64>, Vec<f64>, Vec<f64>) {
-    let mut true_load = vec![0.0; cores];
-    for (b, &d) in demand.iter().enumerate() {
-        true_load[table.core_of(b)] += d;
-    }
-    let packets = demand
-        .iter()
-        .map(|d| (d * PACKETS_PER_LOAD).round() as u64)
-        .collect();
-    let reported = true_load.iter().map(|l: &f64| l.min(1.0)).collect();
-    (packets, reported, true_load)
 }
 
 fn bar(load: f64) -> String {
@@ -167,7 +148,7 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
     );
     outln!(o, "workload: Zipf(0.9) bucket loads plus two elephant flows on the same core; bars: demand (▓ = beyond the core's capacity)");
     outln!(o);
-    let (_, _, true_load) = measure(ctl.table(), &demand, args.cores);
+    let true_load = measure(ctl.table(), &demand, args.cores).true_load;
     let active = ctl.table().cores_in_use();
     outln!(
         o,
@@ -181,11 +162,11 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
     let mut solve_total = Duration::ZERO;
     let mut now = Duration::ZERO;
     for round in 1..=args.rounds {
-        let (packets, reported, _) = measure(ctl.table(), &demand, args.cores);
+        let m = measure(ctl.table(), &demand, args.cores);
         let mut handed = String::new();
         let started = Instant::now();
         let tick = ctl
-            .tick(now, &packets, &reported, |plan| {
+            .tick(now, &m.bucket_packets, &m.core_load, |plan| {
                 handed = plan.to_string();
                 Ok(())
             })
@@ -224,10 +205,10 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
             }
         );
         tracing::info!("plan handed to the state-migration callback: {handed}");
-        let (_, _, true_load) = measure(ctl.table(), &demand, args.cores);
+        let true_load = measure(ctl.table(), &demand, args.cores).true_load;
         print_loads(&mut o, &true_load, &out.active_cores);
     }
-    let (_, _, true_load) = measure(ctl.table(), &demand, args.cores);
+    let true_load = measure(ctl.table(), &demand, args.cores).true_load;
     let active = ctl.table().cores_in_use();
     let (max_after, spread_after) = summary(&true_load, &active);
     let elephant_cores: Vec<usize> = isolated.iter().map(|&b| ctl.table().core_of(b)).collect();

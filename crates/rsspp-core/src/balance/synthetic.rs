@@ -1,0 +1,188 @@
+//! Synthetic per-bucket workloads and the measurements a data path would
+//! report for them: shared by the tests, `rsspp bench balance` and
+//! `rsspp demo`, so all three exercise the rebalancer the same way.
+//!
+//! A workload is the true demand of each bucket, in cores (1.0 = one core
+//! fully busy). [`measure`] turns it into what the rebalancer sees: packets
+//! counted per bucket on arrival (proportional to demand), and core loads
+//! capped at 1.0, since a saturated core cannot report more.
+
+use crate::reta::IndirectionTable;
+
+/// A small, seedable generator (SplitMix64): deterministic across
+/// platforms, so a seed names one workload everywhere.
+#[derive(Debug, Clone)]
+pub struct SplitMix64(u64);
+
+impl SplitMix64 {
+    /// A generator from a seed.
+    pub fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[0, 1)`.
+    pub fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Uniform in `[0, n)`.
+    pub fn below(&mut self, n: usize) -> usize {
+        ((self.next_u64() as u128 * n as u128) >> 64) as usize
+    }
+
+    /// Fisher–Yates shuffle.
+    pub fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            items.swap(i, self.below(i + 1));
+        }
+    }
+}
+
+fn scale_to(demand: &mut [f64], total: f64) {
+    let sum: f64 = demand.iter().sum();
+    if sum > 0.0 {
+        demand.iter_mut().for_each(|d| *d *= total / sum);
+    }
+}
+
+/// Zipf-distributed bucket demands (the r-th heaviest ∝ 1/r^`exponent`) in
+/// random bucket order, scaled so the average core demand is `average`.
+pub fn zipf(seed: u64, buckets: usize, cores: usize, exponent: f64, average: f64) -> Vec<f64> {
+    let mut demand: Vec<f64> = (1..=buckets)
+        .map(|r| 1.0 / (r as f64).powf(exponent))
+        .collect();
+    SplitMix64::new(seed).shuffle(&mut demand);
+    scale_to(&mut demand, average * cores as f64);
+    demand
+}
+
+/// Light buckets (uniform between 0.2 and 1.8 times their mean) plus
+/// `elephants` heavy buckets at random positions carrying `share` of the
+/// demand between them (the heaviest twice the second, …), scaled so the
+/// average core demand is `average`.
+pub fn elephants(
+    seed: u64,
+    buckets: usize,
+    cores: usize,
+    elephants: usize,
+    share: f64,
+    average: f64,
+) -> Vec<f64> {
+    let mut rng = SplitMix64::new(seed);
+    let total = average * cores as f64;
+    let mut demand: Vec<f64> = (0..buckets).map(|_| 0.2 + 1.6 * rng.next_f64()).collect();
+    let mut order: Vec<usize> = (0..buckets).collect();
+    rng.shuffle(&mut order);
+    let heavy = &order[..elephants.min(buckets)];
+    for &b in heavy {
+        demand[b] = 0.0;
+    }
+    scale_to(&mut demand, total * (1.0 - share));
+    let weights: usize = (1..=heavy.len()).sum();
+    for (i, &b) in heavy.iter().enumerate() {
+        demand[b] = total * share * (heavy.len() - i) as f64 / weights as f64;
+    }
+    demand
+}
+
+/// What a data path reports for a workload under a table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Measurement {
+    /// Packets counted per bucket over one interval (10⁶ per unit of demand).
+    pub bucket_packets: Vec<u64>,
+    /// Reported core loads, capped at 1.0.
+    pub core_load: Vec<f64>,
+    /// The true demand of each core (what `core_load` would be without the cap).
+    pub true_load: Vec<f64>,
+}
+
+/// Packets counted per unit of demand over one interval.
+pub const PACKETS_PER_LOAD: f64 = 1e6;
+
+/// Measures `demand` (per bucket) under `table` with `cores` cores.
+pub fn measure(table: &IndirectionTable, demand: &[f64], cores: usize) -> Measurement {
+    let mut true_load = vec![0.0; cores];
+    for (b, &d) in demand.iter().enumerate() {
+        true_load[table.core_of(b)] += d;
+    }
+    Measurement {
+        bucket_packets: demand
+            .iter()
+            .map(|d| (d * PACKETS_PER_LOAD).round() as u64)
+            .collect(),
+        core_load: true_load.iter().map(|l| l.min(1.0)).collect(),
+        true_load,
+    }
+}
+
+/// A lower bound of the best possible makespan (most loaded core) for
+/// `demand` on `cores` cores: no core can do better than the heaviest bucket
+/// or the mean.
+pub fn makespan_lower_bound(demand: &[f64], cores: usize) -> f64 {
+    let total: f64 = demand.iter().sum();
+    demand.iter().copied().fold(total / cores as f64, f64::max)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generator_is_deterministic_and_uniform_enough() {
+        let a: Vec<u64> = {
+            let mut r = SplitMix64::new(9);
+            (0..4).map(|_| r.next_u64()).collect()
+        };
+        let b: Vec<u64> = {
+            let mut r = SplitMix64::new(9);
+            (0..4).map(|_| r.next_u64()).collect()
+        };
+        assert_eq!(a, b);
+        let mut r = SplitMix64::new(1);
+        let mean = (0..10_000).map(|_| r.next_f64()).sum::<f64>() / 10_000.0;
+        assert!((mean - 0.5).abs() < 0.02, "{mean}");
+        let mut hits = [0; 4];
+        for _ in 0..4000 {
+            hits[r.below(4)] += 1;
+        }
+        assert!(hits.iter().all(|&h| (800..1200).contains(&h)), "{hits:?}");
+    }
+
+    #[test]
+    fn workloads_have_the_requested_average() {
+        for d in [
+            zipf(3, 512, 16, 1.0, 0.7),
+            elephants(3, 512, 16, 3, 0.3, 0.7),
+        ] {
+            assert!((d.iter().sum::<f64>() - 0.7 * 16.0).abs() < 1e-9);
+            assert_eq!(d.len(), 512);
+        }
+        let d = elephants(3, 512, 16, 3, 0.3, 0.5);
+        let mut sorted = d.clone();
+        sorted.sort_by(|a, b| b.total_cmp(a));
+        assert!((sorted[0] - 8.0 * 0.3 * 3.0 / 6.0).abs() < 1e-9);
+        assert!((sorted[1] - 8.0 * 0.3 * 2.0 / 6.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn measurement_caps_loads_but_counts_every_packet() {
+        let t = IndirectionTable::equal(64, 2).unwrap();
+        let mut demand = vec![0.0; 64];
+        demand[0] = 1.5;
+        demand[1] = 0.25;
+        let m = measure(&t, &demand, 2);
+        assert_eq!(m.core_load, vec![1.0, 0.25]);
+        assert_eq!(m.true_load, vec![1.5, 0.25]);
+        assert_eq!(m.bucket_packets[0], 1_500_000);
+        assert_eq!(makespan_lower_bound(&demand, 2), 1.5);
+    }
+}
