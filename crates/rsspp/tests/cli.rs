@@ -385,3 +385,25 @@ fn every_command_has_help() {
             .stdout(predicate::str::contains("Usage: rsspp"));
     }
 }
+
+#[test]
+fn bench_balance_reports_every_shape_within_the_quality_bar() {
+    let out = stdout_of(rsspp().args(["bench", "balance", "--seeds", "1", "--json"]));
+    let shapes: Vec<Value> = serde_json::from_str(&out).unwrap();
+    assert_eq!(shapes.len(), 8);
+    for s in &shapes {
+        assert_eq!(s["cases"], 9);
+        assert!(
+            s["static_makespan_ratio"].as_f64().unwrap() > 1.2,
+            "the workloads are skewed: {s}"
+        );
+        assert!(s["makespan_ratio"].as_f64().unwrap() <= 1.01, "{s}");
+        assert!(s["spread"].as_f64().unwrap() <= 0.03, "{s}");
+        assert!(s["max_rounds"].as_u64().unwrap() <= 3, "{s}");
+    }
+    rsspp()
+        .args(["bench", "balance", "--seeds", "0"])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("at least 1"));
+}

@@ -9,9 +9,7 @@
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use rand::seq::SliceRandom;
-use rand::SeedableRng;
-use rsspp_core::balance::synthetic::measure;
+use rsspp_core::balance::synthetic::{measure, SplitMix64};
 use rsspp_core::{BalanceConfig, ControlConfig, ControlLoop, IndirectionTable, ScalingAction};
 
 use crate::error::CliError;
@@ -52,11 +50,10 @@ pub struct DemoArgs {
 /// Per-bucket demand: Zipf(0.9) in random order, plus two elephants placed
 /// on buckets that the static table gives to the same core.
 fn workload(args: &DemoArgs, first_cores: usize) -> Vec<f64> {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
     let mut demand: Vec<f64> = (1..=args.buckets)
         .map(|r| 1.0 / (r as f64).powf(0.9))
         .collect();
-    demand.shuffle(&mut rng);
+    SplitMix64::new(args.seed).shuffle(&mut demand);
     // 25% of the demand in two elephants on buckets 0 and `first_cores`
     // (the same core under `equal`), 75% in the Zipf buckets.
     let total = args.load * args.cores as f64;
