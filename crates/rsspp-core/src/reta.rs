@@ -260,11 +260,15 @@ impl IndirectionTable {
 
     /// The distinct cores that own at least one bucket, ascending.
     pub fn cores_in_use(&self) -> Vec<CoreId> {
-        let mut used = vec![false; self.entries.iter().max().map_or(0, |&c| c + 1)];
+        let mut used = vec![false; self.entries.iter().copied().max().map_or(0, |c| c + 1)];
         for &c in &self.entries {
             used[c] = true;
         }
-        (0..used.len()).filter(|&c| used[c]).collect()
+        used.iter()
+            .enumerate()
+            .filter(|(_, &u)| u)
+            .map(|(c, _)| c)
+            .collect()
     }
 
     /// Points `bucket` at `to` and returns the core it was on.

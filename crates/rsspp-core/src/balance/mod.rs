@@ -199,6 +199,15 @@ impl LoadReport<'_> {
     }
 }
 
+/// The cores among `0..cores` that own at least one bucket, ascending.
+fn cores_owning(owner: &[CoreId], cores: usize) -> Vec<CoreId> {
+    let mut used = vec![false; cores];
+    for &c in owner {
+        used[c] = true;
+    }
+    (0..cores).filter(|&c| used[c]).collect()
+}
+
 /// One rebalancing round: a pure function of `report` and `config`.
 pub fn rebalance(
     report: &LoadReport<'_>,
@@ -213,7 +222,7 @@ pub fn rebalance(
         config.saturation,
     );
     let mut owner: Vec<CoreId> = report.table.entries().to_vec();
-    let mut active = report.table.cores_in_use();
+    let mut active = cores_owning(&owner, report.core_load.len());
 
     let scaling = if config.autoscale {
         scaling::decide(
@@ -260,11 +269,12 @@ pub fn rebalance(
         load_after = loads_of(&owner);
     }
 
+    let active_cores = cores_owning(&owner, report.core_load.len());
     let table = IndirectionTable::from_entries(owner, report.core_load.len())
         .expect("the solver only assigns existing cores");
     let plan = report.table.diff(&table).expect("same size");
     Ok(BalanceOutcome {
-        active_cores: table.cores_in_use(),
+        active_cores,
         table,
         plan,
         scaling,

@@ -206,7 +206,7 @@ pub(crate) fn solve(
             sorted: false,
         });
     }
-    let mut evicted = Vec::new();
+    let mut evicted: Vec<Key> = Vec::new();
     for (b, &c) in owner.iter().enumerate() {
         if is_isolated[b] || !is_active[c] {
             continue;
@@ -214,23 +214,23 @@ pub(crate) fn solve(
         if claimed[c] {
             // An idle bucket may keep the elephant company: moving it buys nothing.
             if load[b] > 0.0 {
-                evicted.push(b);
+                evicted.push(key(load[b], b));
             }
         } else {
             states[index_of[c]].insert(key(load[b], b), load[b]);
         }
     }
-    evicted.sort_unstable_by_key(|&b| Reverse(key(load[b], b)));
+    evicted.sort_unstable_by(|a, b| b.cmp(a));
     let mut least_loaded: BinaryHeap<Reverse<(u64, usize)>> = states
         .iter()
         .enumerate()
         .map(|(i, s)| Reverse((s.load.to_bits(), i)))
         .collect();
-    for b in evicted {
+    for k in evicted {
         let Reverse((_, i)) = least_loaded
             .pop()
             .expect("at least one core is not isolated");
-        states[i].insert(key(load[b], b), load[b]);
+        states[i].insert(k, load[bucket_of(k)]);
         least_loaded.push(Reverse((states[i].load.to_bits(), i)));
     }
 
