@@ -26,7 +26,9 @@ pub struct LoadEstimate {
 /// (the NIC's or the XDP hook's count, before any queue), so the saturated
 /// core's demand is its packets times the cost of a packet measured on the
 /// cores that were not saturated. Without such a reference (every core
-/// saturated) the reported load is used as it is.
+/// with packets saturated) the saturated cores' total load is shared out in
+/// proportion to their packets: with no better knowledge, a packet costs the
+/// same everywhere, and balancing packets is the best move.
 pub fn estimate(
     table: &IndirectionTable,
     bucket_packets: &[u64],
@@ -40,21 +42,39 @@ pub fn estimate(
     }
     let saturated: Vec<bool> = core_load.iter().map(|&l| l >= saturation).collect();
 
-    // Cost of one packet, in core-loads, over the unsaturated cores that saw packets.
-    let (ref_load, ref_packets) = (0..cores)
-        .filter(|&c| !saturated[c] && core_packets[c] > 0)
-        .fold((0.0, 0u64), |(l, p), c| {
-            (l + core_load[c], p + core_packets[c])
-        });
-    let cost_per_packet =
-        (ref_packets > 0 && ref_load > 0.0).then(|| ref_load / ref_packets as f64);
-
-    let core_demand: Vec<f64> = (0..cores)
-        .map(|c| match cost_per_packet {
-            Some(cpp) if saturated[c] => core_load[c].max(core_packets[c] as f64 * cpp),
-            _ => core_load[c],
-        })
-        .collect();
+    // Cost of one packet, in core-loads, summed over a set of cores.
+    let cost_over = |wanted: bool| {
+        let (load, packets) = (0..cores)
+            .filter(|&c| saturated[c] == wanted && core_packets[c] > 0)
+            .fold((0.0, 0u64), |(l, p), c| {
+                (l + core_load[c], p + core_packets[c])
+            });
+        (packets > 0 && load > 0.0).then(|| load / packets as f64)
+    };
+    let core_demand: Vec<f64> = match (cost_over(false), cost_over(true)) {
+        // Saturated cores did at least their measured load, and as much as
+        // their packets cost on the cores that kept up.
+        (Some(reference), _) => (0..cores)
+            .map(|c| {
+                if saturated[c] {
+                    core_load[c].max(core_packets[c] as f64 * reference)
+                } else {
+                    core_load[c]
+                }
+            })
+            .collect(),
+        // No core kept up: share the saturated cores' load by packets.
+        (None, Some(average)) => (0..cores)
+            .map(|c| {
+                if saturated[c] && core_packets[c] > 0 {
+                    core_packets[c] as f64 * average
+                } else {
+                    core_load[c]
+                }
+            })
+            .collect(),
+        (None, None) => core_load.to_vec(),
+    };
     let fixed_load = (0..cores)
         .map(|c| {
             if core_packets[c] == 0 {
@@ -111,9 +131,10 @@ mod tests {
         let e = estimate(&t, &packets, &[1.0, 0.5], 0.99);
         assert!((e.core_demand[0] - 1.5).abs() < 1e-12);
         assert!(e.saturated[0] && !e.saturated[1]);
-        // With every core saturated there is no reference: loads are kept.
+        // With every core saturated there is no reference: the total is
+        // shared in proportion to packets (1500 : 500 of 2.0).
         let e = estimate(&t, &packets, &[1.0, 1.0], 0.99);
-        assert_eq!(e.core_demand, vec![1.0, 1.0]);
+        assert!((e.core_demand[0] - 1.5).abs() < 1e-12 && (e.core_demand[1] - 0.5).abs() < 1e-12);
     }
 
     #[test]

@@ -455,3 +455,19 @@ proptest! {
         // than a fresh solve would (idempotence on balanced output is tested above).
     }
 }
+
+#[test]
+fn all_cores_saturated_are_balanced_by_packets() {
+    // Demand 1.8 and 1.2: both report 1.0, only the packets tell them apart.
+    let table = IndirectionTable::equal(64, 2).unwrap();
+    let demand: Vec<f64> = (0..64)
+        .map(|b| if b % 2 == 0 { 1.8 / 32.0 } else { 1.2 / 32.0 })
+        .collect();
+    let out = round(&table, &demand, 2, &BalanceConfig::default());
+    assert!(!out.plan.is_empty());
+    let after = true_loads(&out.table, &demand, 2);
+    assert!(
+        (after[0] - 1.5).abs() < 0.03 && (after[1] - 1.5).abs() < 0.03,
+        "{after:?}"
+    );
+}
