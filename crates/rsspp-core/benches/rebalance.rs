@@ -8,8 +8,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use rand::seq::SliceRandom;
-use rand::SeedableRng;
+use rsspp_core::balance::synthetic;
 use rsspp_core::{rebalance, BalanceConfig, IndirectionTable, LoadReport};
 
 struct Input {
@@ -19,22 +18,12 @@ struct Input {
 }
 
 fn skewed(cores: usize, buckets: usize, seed: u64) -> Input {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let mut demand: Vec<f64> = (1..=buckets).map(|r| 1.0 / r as f64).collect();
-    demand.shuffle(&mut rng);
-    let sum: f64 = demand.iter().sum();
-    let demand: Vec<f64> = demand
-        .iter()
-        .map(|d| d / sum * 0.7 * cores as f64)
-        .collect();
+    let demand = synthetic::zipf(seed, buckets, cores, 1.0, 0.7);
     let table = IndirectionTable::equal(buckets, cores).unwrap();
-    let mut load = vec![0.0f64; cores];
-    for (b, d) in demand.iter().enumerate() {
-        load[table.core_of(b)] += d;
-    }
+    let m = synthetic::measure(&table, &demand, cores);
     Input {
-        packets: demand.iter().map(|d| (d * 1e6) as u64).collect(),
-        load: load.into_iter().map(|l| l.min(1.0)).collect(),
+        packets: m.bucket_packets,
+        load: m.core_load,
         table,
     }
 }

@@ -136,25 +136,31 @@ pub(crate) fn solve(
     // Scanning the buckets in descending order, the k-th heaviest is isolated
     // while it exceeds (total − the k heavier) / (n − k); at most n − 1 are.
     let mut isolated: Vec<usize> = Vec::new();
-    let heaviest = load.iter().copied().fold(0.0, f64::max);
-    if heaviest > total / n as f64 {
-        let mut by_load: BinaryHeap<Key> = (0..owner.len())
-            .filter(|&b| load[b] > 0.0)
+    let mut is_isolated = vec![false; owner.len()];
+    let mut rest_total = total;
+    // Each pass takes the buckets above the current level, heaviest first;
+    // isolating lowers the level, so a pass may reveal more. Usually one or
+    // two passes, each a single comparison per bucket.
+    loop {
+        let level = rest_total / (n - isolated.len()) as f64;
+        let mut above: Vec<Key> = (0..owner.len())
+            .filter(|&b| load[b] > level && !is_isolated[b])
             .map(|b| key(load[b], b))
             .collect();
-        let mut rest_total = total;
-        while let Some(k) = by_load.pop() {
-            let (b, rest_n) = (bucket_of(k), n - isolated.len());
+        above.sort_unstable_by(|a, b| b.cmp(a));
+        let before = isolated.len();
+        for b in above.into_iter().map(bucket_of) {
+            let rest_n = n - isolated.len();
             if rest_n == 1 || load[b] <= rest_total / rest_n as f64 {
                 break;
             }
+            is_isolated[b] = true;
             isolated.push(b);
             rest_total -= load[b];
         }
-    }
-    let mut is_isolated = vec![false; owner.len()];
-    for &b in &isolated {
-        is_isolated[b] = true;
+        if isolated.len() == before || isolated.len() == n - 1 {
+            break;
+        }
     }
 
     // Elephants stay where they are when their core is free for them; the
@@ -283,11 +289,11 @@ fn descend(states: &mut [CoreState], load: &[f64], level: f64, params: SolverPar
             *slot = i;
         }
         let (sinks, sources) = (&sinks[..k], &sources[..k]);
-        for &i in sinks.iter().chain(sources) {
-            states[i].sort();
-        }
         if states[sources[0]].load <= high && states[sinks[0]].load >= low {
             break;
+        }
+        for &i in sinks.iter().chain(sources) {
+            states[i].sort();
         }
         let mut best: Option<Step> = None;
         // Single moves first, from the most loaded core down.
