@@ -253,24 +253,28 @@ pub fn rebalance(
     };
     let solved = solver::solve(&mut owner, &active, &estimate, params);
 
+    let cores = report.core_load.len();
+    // One pass: each core's load under `owner`, and which cores own buckets.
     let loads_of = |owner: &[CoreId]| {
-        let mut l = estimate.fixed_load.clone();
-        for (b, &c) in owner.iter().enumerate() {
-            l[c] += estimate.bucket_load[b];
+        let mut load = estimate.fixed_load.clone();
+        let mut used = vec![false; cores];
+        for (&c, &l) in owner.iter().zip(&estimate.bucket_load) {
+            load[c] += l;
+            used[c] = true;
         }
-        l
+        (load, used)
     };
     let load_before = estimate.core_demand.clone();
-    let mut load_after = loads_of(&owner);
+    let (mut load_after, mut used) = loads_of(&owner);
     // Safety net: balancing alone must never raise the most loaded core.
     let max = |l: &[f64]| l.iter().copied().fold(0.0, f64::max);
     if !matches!(scaling, ScalingAction::Remove(_)) && max(&load_after) > max(&load_before) + 1e-9 {
         owner.copy_from_slice(report.table.entries());
-        load_after = loads_of(&owner);
+        (load_after, used) = loads_of(&owner);
     }
 
-    let active_cores = cores_owning(&owner, report.core_load.len());
-    let table = IndirectionTable::from_entries(owner, report.core_load.len())
+    let active_cores = (0..cores).filter(|&c| used[c]).collect();
+    let table = IndirectionTable::from_entries(owner, cores)
         .expect("the solver only assigns existing cores");
     let plan = report.table.diff(&table).expect("same size");
     Ok(BalanceOutcome {
