@@ -12,7 +12,7 @@ use crate::parse::{parse_frame, LinkType};
 use crate::record::PacketRecord;
 
 /// Initial read buffer.
-const INITIAL_BUFFER: usize = 1 << 20;
+const INITIAL_BUFFER: usize = 256 << 10;
 /// The buffer never grows beyond this: a record that claims to be larger is
 /// an error, not an allocation.
 pub const MAX_RECORD_BYTES: usize = 16 << 20;
