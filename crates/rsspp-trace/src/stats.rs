@@ -4,6 +4,8 @@
 //! between consecutive packets of a TCP flow, the spatial locality factor,
 //! and the per-flow batches a given buffering time would build.
 
+use std::collections::BTreeMap;
+
 use rsspp_core::FlowKey;
 use rustc_hash::FxHashMap;
 use serde::Serialize;
@@ -65,9 +67,12 @@ pub struct TraceStats {
     last_ns: u64,
     frame_sizes: Vec<u64>,
     flows: FxHashMap<FlowKey, FlowState>,
-    window_sizes: Vec<u32>,
-    active: Vec<u64>,
-    new: Vec<u64>,
+    /// Histogram of per-window flow sizes (packets → flow-windows).
+    window_sizes: BTreeMap<u32, u64>,
+    /// Per-second counts, sparse: a capture with a wild timestamp must not
+    /// allocate a second for every second in between.
+    active: BTreeMap<u32, u64>,
+    new: BTreeMap<u32, u64>,
     spatial: [u64; 66],
     temporal: [u64; 66],
     tcp_gaps: u64,
@@ -95,7 +100,8 @@ pub struct PerSecond {
     pub start: u64,
     /// Last full second.
     pub end: u64,
-    /// Every second, the last one possibly partial.
+    /// Every second, the last one possibly partial (left empty for captures
+    /// longer than [`MAX_SERIES_SECONDS`]).
     pub series: Vec<u64>,
 }
 
@@ -229,24 +235,65 @@ fn cdf_of_sorted(sorted: &[u64], points: &[u64]) -> Cdf {
     out
 }
 
-fn per_second(series: Vec<u64>, last_partial: bool) -> PerSecond {
-    let full = if last_partial && series.len() > 1 {
-        &series[..series.len() - 1]
-    } else {
-        &series[..]
+/// Longest per-second series reported in full (about 11 days).
+pub const MAX_SERIES_SECONDS: u32 = 1_000_000;
+
+fn cdf_of_histogram(hist: &BTreeMap<u32, u64>, points: &[u64]) -> Cdf {
+    let total: u64 = hist.values().sum();
+    let Some((&max, _)) = hist.last_key_value() else {
+        return Vec::new();
     };
-    let steady = if full.len() > 1 { &full[1..] } else { full };
+    let mut out = Vec::new();
+    let mut acc = 0;
+    let mut entries = hist.iter().peekable();
+    for &p in points.iter().filter(|&&p| p < u64::from(max)) {
+        while let Some((&size, &count)) = entries.peek() {
+            if u64::from(size) > p {
+                break;
+            }
+            acc += count;
+            entries.next();
+        }
+        out.push((p, acc as f64 / total as f64));
+    }
+    out.push((u64::from(max), 1.0));
+    out
+}
+
+fn per_second(counts: &BTreeMap<u32, u64>, windows: u32, last_partial: bool) -> PerSecond {
+    let full = if last_partial && windows > 1 {
+        windows - 1
+    } else {
+        windows
+    };
+    let get = |w: u32| counts.get(&w).copied().unwrap_or(0);
+    let in_full = counts.range(..full);
+    let (mut sum, mut seen, mut min, mut max) = (0u64, 0u32, u64::MAX, 0u64);
+    for (_, &c) in in_full {
+        sum += c;
+        seen += 1;
+        min = min.min(c);
+        max = max.max(c);
+    }
+    if seen < full {
+        min = 0; // some second had none
+    }
+    let steady_start = if full > 1 { 1 } else { 0 };
     PerSecond {
-        mean: if full.is_empty() {
+        mean: if full == 0 {
             0.0
         } else {
-            full.iter().sum::<u64>() as f64 / full.len() as f64
+            sum as f64 / f64::from(full)
         },
-        min: full.iter().copied().min().unwrap_or(0),
-        max: full.iter().copied().max().unwrap_or(0),
-        start: steady.first().copied().unwrap_or(0),
-        end: steady.last().copied().unwrap_or(0),
-        series,
+        min: if full == 0 { 0 } else { min },
+        max,
+        start: get(steady_start),
+        end: if full == 0 { 0 } else { get(full - 1) },
+        series: if windows <= MAX_SERIES_SECONDS {
+            (0..windows).map(get).collect()
+        } else {
+            Vec::new()
+        },
     }
 }
 
@@ -267,9 +314,9 @@ impl TraceStats {
             last_ns: 0,
             frame_sizes: vec![0; 65_536],
             flows: FxHashMap::default(),
-            window_sizes: Vec::new(),
-            active: Vec::new(),
-            new: Vec::new(),
+            window_sizes: BTreeMap::new(),
+            active: BTreeMap::new(),
+            new: BTreeMap::new(),
             spatial: [0; 66],
             temporal: [0; 66],
             tcp_gaps: 0,
@@ -329,7 +376,7 @@ impl TraceStats {
                 }
                 if f.window != window {
                     if transport {
-                        self.window_sizes.push(f.window_packets);
+                        *self.window_sizes.entry(f.window_packets).or_default() += 1;
                         bump(&mut self.active, window);
                     }
                     f.window = window;
@@ -398,14 +445,12 @@ impl TraceStats {
                 continue;
             }
             sizes.push(f.packets);
-            self.window_sizes.push(f.window_packets);
+            *self.window_sizes.entry(f.window_packets).or_default() += 1;
             top.push((f.packets, f.bytes, *key));
         }
         sizes.sort_unstable();
         top.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.2.cmp(&b.2)));
         top.truncate(self.config.top);
-        let mut window_sizes: Vec<u64> = self.window_sizes.iter().map(|&w| u64::from(w)).collect();
-        window_sizes.sort_unstable();
 
         let flow_packets: u64 = sizes.iter().sum();
         let mut share = Vec::new();
@@ -496,6 +541,11 @@ impl TraceStats {
             })
             .collect();
         let last_partial = duration_ns % NS_PER_S != 0;
+        let windows = if self.packets > 0 {
+            (duration_ns / NS_PER_S) as u32 + 1
+        } else {
+            0
+        };
         TraceReport {
             packets: self.packets,
             bytes: self.bytes,
@@ -522,11 +572,11 @@ impl TraceStats {
             avg_packet_bytes: self.bytes as f64 / self.packets.max(1) as f64,
             flows: sizes.len() as u64,
             flow_size_cdf: cdf_of_sorted(&sizes, FLOW_SIZE_POINTS),
-            flow_size_cdf_per_1s_window: cdf_of_sorted(&window_sizes, FLOW_SIZE_POINTS),
+            flow_size_cdf_per_1s_window: cdf_of_histogram(&self.window_sizes, FLOW_SIZE_POINTS),
             packet_share_by_flow_size: share,
             frame_size_cdf: frame_cdf,
-            active_flows_per_s: per_second(self.active, last_partial),
-            new_flows_per_s: per_second(self.new, last_partial),
+            active_flows_per_s: per_second(&self.active, windows, last_partial),
+            new_flows_per_s: per_second(&self.new, windows, last_partial),
             heavy_hitters: top
                 .into_iter()
                 .map(|(packets, bytes, key)| HeavyHitter {
@@ -549,12 +599,8 @@ impl TraceStats {
     }
 }
 
-fn bump(series: &mut Vec<u64>, window: u32) {
-    let w = window as usize;
-    if series.len() <= w {
-        series.resize(w + 1, 0);
-    }
-    series[w] += 1;
+fn bump(series: &mut BTreeMap<u32, u64>, window: u32) {
+    *series.entry(window).or_default() += 1;
 }
 
 /// Reads a whole capture and analyses it.

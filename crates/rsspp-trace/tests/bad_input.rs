@@ -154,3 +154,25 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_wild_timestamp_does_not_allocate_every_second_in_between() {
+    // Two packets 4 billion seconds apart.
+    let valid = corpus("valid.pcap");
+    let first_len = u32::from_le_bytes(valid[32..36].try_into().unwrap()) as usize;
+    let record = &valid[24..40 + first_len];
+    let mut bytes = valid[..24].to_vec();
+    bytes.extend_from_slice(record);
+    let mut late = record.to_vec();
+    late[0..4].copy_from_slice(&u32::MAX.to_le_bytes());
+    bytes.extend_from_slice(&late);
+    let mut early = record.to_vec();
+    early[0..4].copy_from_slice(&0u32.to_le_bytes());
+    bytes.extend_from_slice(&early);
+    let r = analyse_bytes(&bytes).unwrap();
+    assert_eq!(r.packets, 3);
+    assert_eq!(r.out_of_order_timestamps, 1);
+    assert!(r.active_flows_per_s.series.is_empty());
+    assert_eq!(r.active_flows_per_s.max, 1);
+    assert_eq!(r.active_flows_per_s.min, 0);
+}

@@ -157,6 +157,13 @@ fn our_stats_agree_with_tshark_on_a_live_tcpdump_capture() {
             "30",
             "tcpdump",
             "--immediate-mode",
+            // A small snaplen and a large buffer: with immediate mode every
+            // ring slot is snaplen-sized, and the default 256 KiB slots in
+            // a 2 MiB buffer would drop all but the first few packets.
+            "-s",
+            "2048",
+            "-B",
+            "8192",
             "-i",
             "lo",
             "-U",

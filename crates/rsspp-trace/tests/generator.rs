@@ -234,7 +234,9 @@ fn tcp_flows_open_with_syn_and_close_with_fin() {
     config.duration_s = 2.0;
     let mut g = Generator::new(&config).unwrap();
     // Per flow: (first flags, saw SYN later, saw FIN, packets after FIN).
-    let mut flows: HashMap<(u32, u32, u16, u16), (u8, bool, bool, u32)> = HashMap::new();
+    type Key = (u32, u32, u16, u16);
+    type Seen = (u8, bool, bool, u32);
+    let mut flows: HashMap<Key, Seen> = HashMap::new();
     while let Some(batch) = g.next_batch() {
         for p in batch.iter().filter(|p| p.protocol == 6) {
             let key = (p.src, p.dst, p.sport, p.dport);

@@ -292,7 +292,7 @@ impl Generator {
             engines,
             speed: config.speed,
             start_ns: config.start_ns,
-            end_ns: config.duration_s * config.speed * 1e9,
+            end_ns: (config.duration_s * config.speed * 1e9).round(),
             done_ns: 0.0,
             batch: Vec::new(),
         })
