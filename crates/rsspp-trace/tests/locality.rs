@@ -101,7 +101,7 @@ fn per_second_counts_and_cdfs() {
     assert_eq!(r.flows, 3);
     assert_eq!(r.bytes, 4 * 60 + 1514 + 5 * 1000);
     assert_eq!(r.active_flows_per_s.series, vec![1, 2, 2, 1]);
-    assert_eq!(r.new_flows_per_s.series, vec![1, 1, 1]);
+    assert_eq!(r.new_flows_per_s.series, vec![1, 1, 1, 0]);
     // Full seconds 0..2: mean (1 + 2 + 2) / 3 active.
     assert!((r.active_flows_per_s.mean - 5.0 / 3.0).abs() < 1e-9);
     // Whole flows: sizes 1, 4, 5.
