@@ -66,10 +66,8 @@ impl<R: Read> Read for FillingReader<R> {
                 Ok(0) => break,
                 Ok(n) => filled += n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) if filled > 0 => {
-                    let _ = e;
-                    break;
-                }
+                // Report what was read; the error comes back on the next call.
+                Err(_) if filled > 0 => break,
                 Err(e) => return Err(e),
             }
         }

@@ -149,9 +149,7 @@ fn campus_model(pps: f64, arrivals: f64, address_space: u8) -> Model {
     let whole = EmpiricalCdf::new(1, &r.flow_size_cdf_whole_flows, Interpolation::Logarithmic);
     let (frames, small) = campus_frames();
     Model {
-        arrivals_start: arrivals,
-        arrivals_end: arrivals,
-        ramp_s: 0.0,
+        arrivals,
         // Flows up to the 99.9th percentile arrive and leave; the top 0.1%
         // (the heavy flows) run through the whole trace.
         body_sizes: whole.truncated(HEAVY_BOUNDARY),

@@ -39,11 +39,8 @@ pub(crate) enum HeavyTiming {
 /// Everything that defines one traffic source.
 #[derive(Debug, Clone)]
 pub(crate) struct Model {
-    /// Body-flow arrival rate at time 0 and at `ramp_s` (linear in between,
-    /// constant after), flows per second.
-    pub arrivals_start: f64,
-    pub arrivals_end: f64,
-    pub ramp_s: f64,
+    /// Body-flow arrival rate, flows per second.
+    pub arrivals: f64,
     /// Body flow sizes in packets.
     pub body_sizes: EmpiricalCdf,
     /// Share of multi-packet body flows that are TCP (the rest UDP).
@@ -51,8 +48,8 @@ pub(crate) struct Model {
     /// Share of single-packet body flows that are TCP (SYNs of scans and
     /// unanswered connections; the rest UDP).
     pub single_tcp_share: f64,
-    /// Median body-flow duration for a 1-packet-per-flow scale, seconds;
-    /// duration grows as sqrt(size) with a log-normal spread.
+    /// Body-flow duration: `duration_median_s` × sqrt(size) seconds, times
+    /// a log-normal factor of spread `duration_sigma`, at most `duration_max_s`.
     pub duration_median_s: f64,
     pub duration_sigma: f64,
     pub duration_max_s: f64,
@@ -112,9 +109,7 @@ pub(crate) struct Engine {
     next_arrival_ns: f64,
     flows_spawned: u64,
     live: Vec<Flow>,
-    body_mean: f64,
     heavy_rates: Vec<f64>,
-    heavy_mean_rate: f64,
     small_share_body: f64,
 }
 
@@ -158,11 +153,7 @@ fn zipf_exponent(n: usize, top: f64, total: f64) -> f64 {
 impl Engine {
     pub fn new(model: Model, seed: u64) -> Self {
         let body_mean = model.body_sizes.mean();
-        let mean_arrivals = if model.ramp_s > 0.0 {
-            0.5 * (model.arrivals_start + model.arrivals_end)
-        } else {
-            model.arrivals_start
-        };
+        let mean_arrivals = model.arrivals;
         let heavy_total = (model.pps - mean_arrivals * body_mean).max(0.0);
         let n = model.heavy_count;
         let heavy_rates: Vec<f64> = match model.heavy_top_pps {
@@ -202,8 +193,6 @@ impl Engine {
             next_arrival_ns: 0.0,
             flows_spawned: 0,
             live: Vec::new(),
-            body_mean,
-            heavy_mean_rate: heavy_total,
             heavy_rates,
             small_share_body,
             model,
@@ -211,25 +200,6 @@ impl Engine {
         engine.spawn_heavy();
         engine.warm_up();
         engine
-    }
-
-    fn arrivals_at(&self, t_s: f64) -> f64 {
-        let m = &self.model;
-        if m.ramp_s <= 0.0 || t_s <= 0.0 {
-            return m.arrivals_start;
-        }
-        let x = (t_s / m.ramp_s).min(1.0);
-        m.arrivals_start + (m.arrivals_end - m.arrivals_start) * x
-    }
-
-    /// Heavy flows absorb the drift of the body's packet rate as its
-    /// arrival rate ramps, so the total rate stays at the target.
-    fn heavy_scale_at(&self, t_s: f64) -> f64 {
-        if self.heavy_mean_rate <= 0.0 {
-            return 1.0;
-        }
-        let body = self.arrivals_at(t_s) * self.body_mean;
-        ((self.model.pps - body) / self.heavy_mean_rate).max(0.05)
     }
 
     fn flow_rng(&mut self) -> SplitMix64 {
@@ -333,7 +303,7 @@ impl Engine {
     /// Starts the body population in its steady state: flows that began
     /// before time 0 are advanced to it (their earlier packets dropped).
     fn warm_up(&mut self) {
-        if self.model.arrivals_start <= 0.0 {
+        if self.model.arrivals <= 0.0 {
             self.next_arrival_ns = f64::INFINITY;
             return;
         }
@@ -341,13 +311,13 @@ impl Engine {
         let mut t = -warm_ns;
         let mut scratch = Vec::new();
         loop {
-            t += exp_sample(&mut self.rng, NS / self.model.arrivals_start);
+            t += exp_sample(&mut self.rng, NS / self.model.arrivals);
             if t >= 0.0 {
                 break;
             }
             if let Some(mut flow) = self.spawn_body(t) {
                 scratch.clear();
-                Self::emit(&self.model, &mut flow, 0.0, &mut scratch, 1.0, false);
+                Self::emit(&self.model, &mut flow, 0.0, &mut scratch, false);
                 if flow.remaining > 0 {
                     self.live.push(flow);
                 }
@@ -423,14 +393,7 @@ impl Engine {
 
     /// Emits the flow's packets before `until_ns` into `out` (when `keep`),
     /// advancing its schedule.
-    fn emit(
-        model: &Model,
-        flow: &mut Flow,
-        until_ns: f64,
-        out: &mut Vec<GenPacket>,
-        heavy_scale: f64,
-        keep: bool,
-    ) {
+    fn emit(model: &Model, flow: &mut Flow, until_ns: f64, out: &mut Vec<GenPacket>, keep: bool) {
         while flow.remaining > 0 && flow.next_ns < until_ns {
             let first = flow.sent == 0;
             let last = flow.remaining == 1;
@@ -487,14 +450,14 @@ impl Engine {
             } else {
                 flow.burst_left = geometric(&mut flow.rng, flow.burst_mean) - 1;
                 match flow.heavy_timing {
-                    Some(HeavyTiming::Constant) => flow.inter_gap_ns / heavy_scale,
+                    Some(HeavyTiming::Constant) => flow.inter_gap_ns,
                     Some(HeavyTiming::Bursty { wobble, .. }) => {
                         let second = (flow.next_ns / NS).floor() as i64;
                         if second != flow.wobble_second {
                             flow.wobble_second = second;
                             flow.wobble = 1.0 + wobble * (2.0 * flow.rng.next_f64() - 1.0);
                         }
-                        exp_sample(&mut flow.rng, flow.inter_gap_ns) / (heavy_scale * flow.wobble)
+                        exp_sample(&mut flow.rng, flow.inter_gap_ns) / flow.wobble
                     }
                     None => exp_sample(&mut flow.rng, flow.inter_gap_ns),
                 }
@@ -510,18 +473,12 @@ impl Engine {
             if let Some(flow) = self.spawn_body(t) {
                 self.live.push(flow);
             }
-            let rate = self.arrivals_at(t / NS);
-            self.next_arrival_ns = if rate > 0.0 {
-                t + exp_sample(&mut self.rng, NS / rate)
-            } else {
-                f64::INFINITY
-            };
+            self.next_arrival_ns = t + exp_sample(&mut self.rng, NS / self.model.arrivals);
         }
-        let scale = self.heavy_scale_at(until_ns / NS);
         let mut i = 0;
         while i < self.live.len() {
             let flow = &mut self.live[i];
-            Self::emit(&self.model, flow, until_ns, out, scale, true);
+            Self::emit(&self.model, flow, until_ns, out, true);
             if flow.remaining == 0 {
                 self.live.swap_remove(i);
             } else {
