@@ -72,6 +72,14 @@ pub enum CliError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// A capture that cannot be read or a trace that cannot be generated.
+    #[error("{path}: {source}")]
+    Trace {
+        /// The file (`-` for standard input/output).
+        path: String,
+        /// What went wrong.
+        source: rsspp_trace::TraceError,
+    },
     /// A value out of its range.
     #[error("{0}")]
     Invalid(String),

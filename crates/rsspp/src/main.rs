@@ -33,6 +33,8 @@ enum Command {
     Balance(cmd::balance::BalanceArgs),
     /// Benchmarks behind the README's figures.
     Bench(cmd::bench::BenchArgs),
+    /// Packet traces: generate synthetic pcaps, analyse captures.
+    Trace(cmd::trace::TraceArgs),
 }
 
 fn init_logging(verbose: u8) {
@@ -57,6 +59,7 @@ fn main() -> ExitCode {
         Command::Hash(args) => cmd::hash::run(args),
         Command::Balance(args) => cmd::balance::run(args),
         Command::Bench(args) => cmd::bench::run(args),
+        Command::Trace(args) => cmd::trace::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -4,3 +4,4 @@ pub mod balance;
 pub mod bench;
 pub mod demo;
 pub mod hash;
+pub mod trace;

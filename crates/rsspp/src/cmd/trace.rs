@@ -1,0 +1,339 @@
+//! `rsspp trace`: generate synthetic packet traces and analyse captures.
+
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Write};
+
+use clap::{Args, Subcommand, ValueEnum};
+use rsspp_trace::generate::write_pcap;
+use rsspp_trace::stats::Cdf;
+use rsspp_trace::{
+    analyse, GenConfig, Preset, StatsConfig, TimePrecision, TraceError, TraceReader, TraceReport,
+};
+
+use crate::error::CliError;
+
+/// Arguments of `rsspp trace`.
+#[derive(Debug, Args)]
+pub struct TraceArgs {
+    #[command(subcommand)]
+    command: TraceCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum TraceCommand {
+    /// Generate a synthetic pcap: the calibrated campus trace look-alike,
+    /// four campus windows superposed, N constant-rate UDP flows, or
+    /// elephants among mice. The same seed gives the same bytes.
+    Gen(GenArgs),
+    /// Analyse a pcap/pcapng capture: volumes, flow and frame sizes, active
+    /// and new flows per second, heavy hitters, Reframer's locality measures.
+    Stats(StatsArgs),
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum PresetName {
+    /// Campus trace look-alike: ~507 kpps, 4.2 Gbps, ~19k active flows/s.
+    Campus,
+    /// Four campus windows with non-colliding addresses: ~1.87 Mpps.
+    Campus4,
+    /// N equal constant-rate UDP flows (default 1024 flows, 1 Mpps, 64 B).
+    UdpFlows,
+    /// A few elephant TCP flows among many mice (default 4, 1 Mpps).
+    Elephants,
+}
+
+/// Arguments of `rsspp trace gen`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  rsspp trace gen --preset campus --duration 10 -o campus.pcap\n  \
+rsspp trace gen --preset udp-flows --flows 64 --pps 2000000 --duration 1 -o udp.pcap\n  \
+rsspp trace gen --preset campus -o - | rsspp trace stats -"
+)]
+pub struct GenArgs {
+    /// Traffic preset.
+    #[arg(long, value_enum)]
+    preset: PresetName,
+    /// Trace length, seconds.
+    #[arg(long, default_value_t = 10.0, value_name = "S")]
+    duration: f64,
+    /// Replay the preset X times faster (timestamps compressed).
+    #[arg(long, value_name = "X", conflicts_with = "pps")]
+    speed: Option<f64>,
+    /// Target packet rate (sets the speed).
+    #[arg(long, value_name = "N")]
+    pps: Option<f64>,
+    /// Random seed: the same seed gives the same file.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    seed: u64,
+    /// Bytes stored per frame (headers only by default; the original length
+    /// is kept in each record).
+    #[arg(long, default_value_t = 64, value_name = "B")]
+    snaplen: u32,
+    /// udp-flows: number of flows; elephants: number of elephants.
+    #[arg(long, value_name = "N")]
+    flows: Option<usize>,
+    /// udp-flows and elephants: fixed frame size in bytes (60-1514).
+    #[arg(long, value_name = "B")]
+    frame_size: Option<u16>,
+    /// Microsecond timestamps (default: nanoseconds).
+    #[arg(long)]
+    usec: bool,
+    /// Output pcap file ('-' for standard output).
+    #[arg(short, long, value_name = "FILE")]
+    output: String,
+}
+
+/// Arguments of `rsspp trace stats`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "JSON fields (--json) include packets, bytes, flows, flow_size_cdf \
+([[packets, fraction], ...]), frame_size_cdf, active_flows_per_s, new_flows_per_s, \
+heavy_hitters, spatial_locality_factor and locality."
+)]
+pub struct StatsArgs {
+    /// pcap or pcapng file ('-' for standard input).
+    file: String,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    json: bool,
+    /// Buffering times (µs, comma-separated, at most 4) for the per-flow
+    /// batch analysis.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "8,32,128",
+        value_name = "US"
+    )]
+    buffer_us: Vec<u64>,
+    /// Heavy hitters to list.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    top: usize,
+}
+
+/// Runs `rsspp trace`.
+pub fn run(args: &TraceArgs) -> Result<(), CliError> {
+    match &args.command {
+        TraceCommand::Gen(a) => generate(a),
+        TraceCommand::Stats(a) => stats(a),
+    }
+}
+
+fn trace_error(path: &str, source: TraceError) -> CliError {
+    match source {
+        TraceError::Write(e) if path == "-" => CliError::output(e),
+        source => CliError::Trace {
+            path: path.to_string(),
+            source,
+        },
+    }
+}
+
+fn generate(args: &GenArgs) -> Result<(), CliError> {
+    let preset = match args.preset {
+        PresetName::Campus => Preset::Campus,
+        PresetName::Campus4 => Preset::Campus4,
+        PresetName::UdpFlows => Preset::UdpFlows,
+        PresetName::Elephants => Preset::Elephants,
+    };
+    let mut config = GenConfig::new(preset);
+    config.duration_s = args.duration;
+    config.seed = args.seed;
+    config.flows = args.flows;
+    config.frame_size = args.frame_size;
+    if let Some(speed) = args.speed {
+        config.speed = speed;
+    }
+    if let Some(pps) = args.pps {
+        if !(pps.is_finite() && pps > 0.0) {
+            return Err(CliError::Invalid(format!(
+                "--pps must be positive, got {pps}"
+            )));
+        }
+        config = config.with_pps(pps);
+    }
+    let precision = if args.usec {
+        TimePrecision::Micro
+    } else {
+        TimePrecision::Nano
+    };
+    let path = args.output.as_str();
+    let packets = if path == "-" {
+        let stdout = std::io::stdout();
+        write_pcap(
+            &config,
+            BufWriter::with_capacity(1 << 20, stdout.lock()),
+            args.snaplen,
+            precision,
+        )
+    } else {
+        let file = File::create(path).map_err(|source| CliError::Io {
+            path: path.to_string(),
+            source,
+        })?;
+        write_pcap(
+            &config,
+            BufWriter::with_capacity(1 << 20, file),
+            args.snaplen,
+            precision,
+        )
+    }
+    .map_err(|e| trace_error(path, e))?;
+    tracing::info!(packets, path, "trace written");
+    Ok(())
+}
+
+fn stats(args: &StatsArgs) -> Result<(), CliError> {
+    if args.buffer_us.len() > rsspp_trace::stats::MAX_BUFFERS {
+        return Err(CliError::Invalid(format!(
+            "--buffer-us takes at most {} values",
+            rsspp_trace::stats::MAX_BUFFERS
+        )));
+    }
+    let config = StatsConfig {
+        buffer_us: args.buffer_us.clone(),
+        top: args.top,
+    };
+    let path = args.file.as_str();
+    let report = if path == "-" {
+        let mut reader = TraceReader::new(std::io::stdin()).map_err(|e| trace_error(path, e))?;
+        analyse(&mut reader, config)
+    } else {
+        let file = File::open(path).map_err(|source| CliError::Io {
+            path: path.to_string(),
+            source,
+        })?;
+        let mut reader =
+            TraceReader::new(BufReader::new(file)).map_err(|e| trace_error(path, e))?;
+        analyse(&mut reader, config)
+    }
+    .map_err(|e| trace_error(path, e))?;
+    if report.truncated_tail {
+        eprintln!("rsspp: warning: {path}: the last record is cut short (ignored)");
+    }
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut out, &report).map_err(|e| CliError::output(e.into()))?;
+        writeln!(out).map_err(CliError::output)?;
+    } else {
+        print_report(&mut out, &report).map_err(CliError::output)?;
+    }
+    Ok(())
+}
+
+fn print_cdf(out: &mut impl Write, title: &str, unit: &str, cdf: &Cdf) -> std::io::Result<()> {
+    writeln!(out, "\n{title}")?;
+    writeln!(out, "  {unit:>12}  cumulative")?;
+    for (x, f) in cdf {
+        writeln!(out, "  {x:>12}  {:>9.1}%", f * 100.0)?;
+    }
+    Ok(())
+}
+
+fn print_report(out: &mut impl Write, r: &TraceReport) -> std::io::Result<()> {
+    writeln!(out, "packets          {}", r.packets)?;
+    writeln!(out, "bytes            {}", r.bytes)?;
+    writeln!(out, "duration         {:.3} s", r.duration_s)?;
+    writeln!(
+        out,
+        "rate             {:.0} pps, {:.3} Gbps, {:.1} B/frame",
+        r.pps, r.gbps, r.avg_packet_bytes
+    )?;
+    writeln!(
+        out,
+        "flows            {} (directional TCP/UDP 5-tuples)",
+        r.flows
+    )?;
+    writeln!(
+        out,
+        "frames           {} IP, {} non-IP, {} malformed, {} fragments, {} VLAN-tagged",
+        r.ip_packets, r.non_ip_packets, r.malformed_packets, r.fragments, r.vlan_tagged
+    )?;
+    if r.skipped_records + r.inconsistent_lengths + r.out_of_order_timestamps > 0
+        || r.truncated_tail
+    {
+        writeln!(
+            out,
+            "reader           {} skipped records, {} length fix-ups, {} out-of-order timestamps, truncated tail: {}",
+            r.skipped_records, r.inconsistent_lengths, r.out_of_order_timestamps, r.truncated_tail
+        )?;
+    }
+    let a = &r.active_flows_per_s;
+    let n = &r.new_flows_per_s;
+    writeln!(
+        out,
+        "active flows/s   mean {:.0}, min {}, max {}",
+        a.mean, a.min, a.max
+    )?;
+    writeln!(
+        out,
+        "new flows/s      mean {:.0}, start {}, end {}",
+        n.mean, n.start, n.end
+    )?;
+    writeln!(
+        out,
+        "spatial locality factor {:.3} packets back to back",
+        r.spatial_locality_factor
+    )?;
+    print_cdf(out, "flow sizes (whole flows)", "packets", &r.flow_size_cdf)?;
+    print_cdf(
+        out,
+        "flow sizes (per 1-second window)",
+        "packets",
+        &r.flow_size_cdf_per_1s_window,
+    )?;
+    print_cdf(
+        out,
+        "packet share by flow size",
+        "packets",
+        &r.packet_share_by_flow_size,
+    )?;
+    print_cdf(out, "frame sizes", "bytes", &r.frame_size_cdf)?;
+    writeln!(out, "\nheavy hitters")?;
+    for h in &r.heavy_hitters {
+        writeln!(
+            out,
+            "  {:>10} pkts {:>6.2}%  {}",
+            h.packets,
+            h.packet_share * 100.0,
+            h.flow
+        )?;
+    }
+    let l = &r.locality;
+    writeln!(
+        out,
+        "\nlocality (TCP, {} gaps): {:.1}% of consecutive packets of a flow are interleaved with other packets",
+        l.tcp_gaps,
+        l.interleaved_fraction * 100.0
+    )?;
+    print_cdf(
+        out,
+        "spatial distance (packets between consecutive packets of a flow)",
+        "<= packets",
+        &l.spatial_distance_cdf,
+    )?;
+    print_cdf(
+        out,
+        "temporal distance",
+        "< us",
+        &l.temporal_distance_cdf_us,
+    )?;
+    writeln!(out, "\nper-flow batches (at most 32 packets)")?;
+    writeln!(
+        out,
+        "  {:>9}  {:>10}  {:>6}  {:>13}  {:>7}",
+        "buffer us", "batches", "mean", "pkt-weighted", "size 1"
+    )?;
+    for b in &l.batching {
+        let single = b.batch_size_cdf.first().map_or(0.0, |p| p.1);
+        writeln!(
+            out,
+            "  {:>9}  {:>10}  {:>6.2}  {:>13.2}  {:>6.1}%",
+            b.buffer_us,
+            b.batches,
+            b.mean_batch,
+            b.packet_weighted_mean_batch,
+            single * 100.0
+        )?;
+    }
+    Ok(())
+}
