@@ -7,11 +7,14 @@
 //! - [`counters`]: per-core, per-bucket packet counters with epoch-based reset.
 //! - [`balance`]: the RSS++ rebalancer (§3.1 of the paper) and CPU scaling (§3.2).
 //! - [`control`]: the control-loop policy (interval, back-off, migration plans).
+//! - [`state`]: per-bucket flow tables and the lock-free, order-preserving
+//!   migration of a bucket's state between cores (§3.3).
 
 #![warn(missing_docs)]
 
 pub mod flow;
 pub mod reta;
+pub mod state;
 pub mod toeplitz;
 
 pub use flow::FlowKey;

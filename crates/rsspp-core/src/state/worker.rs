@@ -1,0 +1,579 @@
+//! Workers: one per core, run to completion over batches of packets.
+//!
+//! A worker is driven from outside (sans I/O): its driver hands it batches
+//! taken from the core's receive queue, the coordinator's [`CoreCommand`]s and
+//! the [`Handoff`]s other cores send, plus the time; the worker returns, in an
+//! [`Outbox`], the handoffs to deliver and the completed moves to report. The
+//! simulator calls these methods directly; the threaded harness
+//! ([`crate::state::threaded`]) and the real data paths move the same values
+//! over channels.
+//!
+//! Two implementations share the [`Worker`] trait: [`BucketWorker`], with one
+//! table per RSS bucket migrated as in §3.3, and
+//! [`SharedWorker`](crate::state::shared::SharedWorker), the baseline with one
+//! locked table for all cores.
+
+use std::collections::VecDeque;
+
+use serde::{Deserialize, Serialize};
+
+use crate::flow::FlowKey;
+use crate::reta::{CoreId, IndirectionTable};
+use crate::state::migration::{
+    Completed, CoreCommand, Handoff, HandoffRejected, MigrationError, Release,
+};
+use crate::state::table::{FlowTable, TableConfig, TableStats};
+use crate::toeplitz::bucket_of;
+
+/// A packet as the state layer sees it: its flow and the RSS hash the NIC
+/// computed for it (which selects its bucket, and indexes the flow tables).
+pub trait FlowPacket {
+    /// The packet's flow.
+    fn flow_key(&self) -> &FlowKey;
+    /// The packet's RSS (Toeplitz) hash.
+    fn rss_hash(&self) -> u32;
+}
+
+/// The network function run on every packet with its flow's state (a NAT, a
+/// firewall, a DPI engine…). One instance per core: it is never shared.
+pub trait FlowHandler {
+    /// Packets it processes.
+    type Packet: FlowPacket;
+    /// Per-flow state it keeps.
+    type State;
+
+    /// State for the first packet of a flow (or the first after it expired).
+    fn new_flow(&mut self, packet: &Self::Packet, now: u64) -> Self::State;
+
+    /// Processes `packet`; `state` is `None` when the flow's table is full and
+    /// refuses new flows ([`WhenFull::Refuse`](crate::state::WhenFull::Refuse)).
+    fn process(&mut self, packet: &Self::Packet, state: Option<&mut Self::State>, now: u64);
+}
+
+/// What a worker asks its driver to deliver.
+#[derive(Debug)]
+pub struct Outbox<S> {
+    /// Tables to move to other cores (to `handoff.to`).
+    pub handoffs: Vec<Handoff<S>>,
+    /// Moves to report to the coordinator.
+    pub completed: Vec<Completed>,
+}
+
+impl<S> Default for Outbox<S> {
+    fn default() -> Self {
+        Self {
+            handoffs: Vec::new(),
+            completed: Vec::new(),
+        }
+    }
+}
+
+impl<S> Outbox<S> {
+    /// True when there is nothing to deliver.
+    pub fn is_empty(&self) -> bool {
+        self.handoffs.is_empty() && self.completed.is_empty()
+    }
+}
+
+/// Counters of one worker.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerStats {
+    /// Packets taken from the receive queue.
+    pub received: u64,
+    /// Packets handed to the handler (parked packets count when processed).
+    pub processed: u64,
+    /// Packets that waited in a pending queue for their bucket's table.
+    pub parked: u64,
+    /// Most packets waiting in pending queues at once.
+    pub peak_pending: u64,
+    /// Tables handed to another core.
+    pub released: u64,
+    /// Tables taken over from another core.
+    pub accepted: u64,
+}
+
+/// The handler's state type of a worker.
+pub type StateOf<W> = <<W as Worker>::Handler as FlowHandler>::State;
+/// The handler's packet type of a worker.
+pub type PacketOf<W> = <<W as Worker>::Handler as FlowHandler>::Packet;
+
+/// One core's packet processing with flow state; see the module docs.
+///
+/// All times are nanoseconds on a clock shared by the cores, supplied by the
+/// caller.
+pub trait Worker {
+    /// The network function.
+    type Handler: FlowHandler;
+
+    /// The core this worker runs on.
+    fn core(&self) -> CoreId;
+
+    /// Processes a batch taken from the core's receive queue, in order.
+    fn receive<I>(&mut self, packets: I, now: u64, out: &mut Outbox<StateOf<Self>>)
+    where
+        I: IntoIterator<Item = PacketOf<Self>>;
+
+    /// Applies the coordinator's command for one table rewrite. An invalid
+    /// command is refused whole.
+    fn command(
+        &mut self,
+        command: CoreCommand,
+        now: u64,
+        out: &mut Outbox<StateOf<Self>>,
+    ) -> Result<(), MigrationError>;
+
+    /// Takes over a table released by another core. A refused handoff is
+    /// returned with its table.
+    fn accept(
+        &mut self,
+        handoff: Handoff<StateOf<Self>>,
+        now: u64,
+        out: &mut Outbox<StateOf<Self>>,
+    ) -> Result<(), HandoffRejected<StateOf<Self>>>;
+
+    /// Drops the flows idle for the timeout; returns how many.
+    fn expire(&mut self, now: u64) -> usize;
+
+    /// True when no table of this core is waiting to leave or to arrive.
+    fn is_settled(&self) -> bool;
+
+    /// The worker's counters.
+    fn stats(&self) -> WorkerStats;
+
+    /// The network function.
+    fn handler(&self) -> &Self::Handler;
+}
+
+/// Flow tables with their bucket number.
+pub type BucketTables<S> = Vec<(usize, FlowTable<S>)>;
+
+/// What a core holds for one bucket.
+#[derive(Clone)]
+enum Slot<S, P> {
+    /// Another core's bucket.
+    Absent,
+    /// This core's bucket, since rewrite `since`.
+    Owned { table: FlowTable<S>, since: u64 },
+    /// Moving to `to`: packets queued before the rewrite are still processed
+    /// here until a release condition holds.
+    Releasing {
+        table: FlowTable<S>,
+        to: CoreId,
+        after_received: u64,
+        generation: u64,
+    },
+    /// Coming here: packets wait until the table arrives. `generation` is
+    /// `None` while packets arrived before the coordinator's command.
+    Waiting {
+        generation: Option<u64>,
+        pending: VecDeque<P>,
+    },
+}
+
+/// A worker with one flow table per RSS bucket, migrated between cores by
+/// the protocol of [`crate::state::migration`]. No lock, no atomic: the
+/// tables it holds are its own.
+#[derive(Clone)]
+pub struct BucketWorker<H: FlowHandler> {
+    core: CoreId,
+    config: TableConfig,
+    slots: Vec<Slot<H::State, H::Packet>>,
+    /// Buckets in `Slot::Releasing`.
+    releasing: Vec<usize>,
+    /// Number of buckets in `Slot::Waiting`.
+    waiting: usize,
+    pending: u64,
+    /// Newest rewrite whose newly assigned bucket had a packet taken from
+    /// this core's queue (0: none).
+    newest_arrival_seen: u64,
+    handler: H,
+    stats: WorkerStats,
+}
+
+impl<H: FlowHandler> std::fmt::Debug for BucketWorker<H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BucketWorker")
+            .field("core", &self.core)
+            .field("buckets", &self.owned_buckets().count())
+            .field("releasing", &self.releasing)
+            .field("waiting", &self.waiting)
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+/// Looks up (or creates) the packet's flow in `table` and runs the handler:
+/// the per-packet work of both the per-bucket and the shared-table workers.
+#[inline]
+pub(crate) fn process<H: FlowHandler>(
+    table: &mut FlowTable<H::State>,
+    handler: &mut H,
+    packet: &H::Packet,
+    now: u64,
+) {
+    let state = table
+        .get_or_insert_with(packet.flow_key(), packet.rss_hash(), now, || {
+            handler.new_flow(packet, now)
+        })
+        .state();
+    handler.process(packet, state, now);
+}
+
+impl<H: FlowHandler> BucketWorker<H> {
+    /// The worker of `core`, owning (with empty tables) the buckets `table`
+    /// assigns to it.
+    pub fn new(core: CoreId, table: &IndirectionTable, config: TableConfig, handler: H) -> Self {
+        let slots = table
+            .entries()
+            .iter()
+            .map(|&c| {
+                if c == core {
+                    Slot::Owned {
+                        table: FlowTable::new(config),
+                        since: 0,
+                    }
+                } else {
+                    Slot::Absent
+                }
+            })
+            .collect();
+        Self {
+            core,
+            config,
+            slots,
+            releasing: Vec::new(),
+            waiting: 0,
+            pending: 0,
+            newest_arrival_seen: 0,
+            handler,
+            stats: WorkerStats::default(),
+        }
+    }
+
+    /// The table configuration new tables get.
+    pub fn config(&self) -> &TableConfig {
+        &self.config
+    }
+
+    /// Buckets whose table this core holds (owned or about to leave).
+    pub fn owned_buckets(&self) -> impl Iterator<Item = usize> + '_ {
+        self.tables().map(|(b, _)| b)
+    }
+
+    /// The tables this core holds, with their bucket.
+    pub fn tables(&self) -> impl Iterator<Item = (usize, &FlowTable<H::State>)> + '_ {
+        self.slots.iter().enumerate().filter_map(|(b, s)| match s {
+            Slot::Owned { table, .. } | Slot::Releasing { table, .. } => Some((b, table)),
+            _ => None,
+        })
+    }
+
+    /// Sum of the counters of the tables this core holds.
+    pub fn table_stats(&self) -> TableStats {
+        let mut total = TableStats::default();
+        for (_, t) in self.tables() {
+            total.add(t.stats());
+        }
+        total
+    }
+
+    /// Packets waiting for a table to arrive.
+    pub fn pending(&self) -> u64 {
+        self.pending
+    }
+
+    /// The network function, mutably.
+    pub fn handler_mut(&mut self) -> &mut H {
+        &mut self.handler
+    }
+
+    /// Consumes the worker, returning its network function and its tables.
+    pub fn into_parts(self) -> (H, BucketTables<H::State>) {
+        let tables = self
+            .slots
+            .into_iter()
+            .enumerate()
+            .filter_map(|(b, s)| match s {
+                Slot::Owned { table, .. } | Slot::Releasing { table, .. } => Some((b, table)),
+                _ => None,
+            })
+            .collect();
+        (self.handler, tables)
+    }
+
+    fn saw_arrival(&mut self, generation: u64) {
+        self.newest_arrival_seen = self.newest_arrival_seen.max(generation);
+    }
+
+    /// Hands over every releasing table whose release condition holds.
+    fn release_ready(&mut self, out: &mut Outbox<H::State>) {
+        let mut i = 0;
+        while i < self.releasing.len() {
+            let bucket = self.releasing[i];
+            let ready = match self.slots[bucket] {
+                Slot::Releasing {
+                    after_received,
+                    generation,
+                    ..
+                } => {
+                    self.stats.received >= after_received || self.newest_arrival_seen >= generation
+                }
+                _ => unreachable!("bucket {bucket} listed as releasing"),
+            };
+            if !ready {
+                i += 1;
+                continue;
+            }
+            self.releasing.swap_remove(i);
+            if let Slot::Releasing {
+                table,
+                to,
+                generation,
+                ..
+            } = std::mem::replace(&mut self.slots[bucket], Slot::Absent)
+            {
+                self.stats.released += 1;
+                out.handoffs.push(Handoff {
+                    bucket,
+                    from: self.core,
+                    to,
+                    generation,
+                    table,
+                });
+            }
+        }
+    }
+
+    fn check_command(&self, command: &CoreCommand) -> Result<(), MigrationError> {
+        if command.core != self.core {
+            return Err(MigrationError::WrongCore {
+                addressed: command.core,
+                core: self.core,
+            });
+        }
+        let size = self.slots.len();
+        let mut named: Vec<usize> = command
+            .releases
+            .iter()
+            .map(|r| r.bucket)
+            .chain(command.arrivals.iter().map(|a| a.bucket))
+            .collect();
+        if let Some(&bucket) = named.iter().find(|&&b| b >= size) {
+            return Err(MigrationError::UnknownBucket { bucket, size });
+        }
+        named.sort_unstable();
+        if let Some(w) = named.windows(2).find(|w| w[0] == w[1]) {
+            return Err(MigrationError::Duplicate(w[0]));
+        }
+        let core = self.core;
+        for r in &command.releases {
+            if !matches!(self.slots[r.bucket], Slot::Owned { .. }) {
+                return Err(MigrationError::NotOwner {
+                    core,
+                    bucket: r.bucket,
+                });
+            }
+        }
+        for a in &command.arrivals {
+            let bucket = a.bucket;
+            match &self.slots[bucket] {
+                Slot::Absent
+                | Slot::Waiting {
+                    generation: None, ..
+                } => {}
+                // The table came before the command.
+                Slot::Owned { since, .. } if *since == command.generation => {}
+                Slot::Waiting { .. } => {
+                    return Err(MigrationError::AlreadyAnnounced { core, bucket })
+                }
+                Slot::Owned { .. } | Slot::Releasing { .. } => {
+                    return Err(MigrationError::AlreadyOwner { core, bucket })
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<H: FlowHandler> Worker for BucketWorker<H> {
+    type Handler = H;
+
+    fn core(&self) -> CoreId {
+        self.core
+    }
+
+    fn receive<I>(&mut self, packets: I, now: u64, out: &mut Outbox<H::State>)
+    where
+        I: IntoIterator<Item = H::Packet>,
+    {
+        let size = self.slots.len();
+        for packet in packets {
+            self.stats.received += 1;
+            let bucket = bucket_of(packet.rss_hash(), size);
+            match &mut self.slots[bucket] {
+                Slot::Owned { table, .. } | Slot::Releasing { table, .. } => {
+                    process(table, &mut self.handler, &packet, now);
+                    self.stats.processed += 1;
+                }
+                Slot::Waiting {
+                    generation,
+                    pending,
+                } => {
+                    pending.push_back(packet);
+                    if let Some(g) = *generation {
+                        self.newest_arrival_seen = self.newest_arrival_seen.max(g);
+                    }
+                    self.pending += 1;
+                    self.stats.parked += 1;
+                }
+                slot @ Slot::Absent => {
+                    // Queued to this core, so the bucket is on its way here
+                    // even if the command has not arrived yet.
+                    *slot = Slot::Waiting {
+                        generation: None,
+                        pending: VecDeque::from([packet]),
+                    };
+                    self.waiting += 1;
+                    self.pending += 1;
+                    self.stats.parked += 1;
+                }
+            }
+        }
+        self.stats.peak_pending = self.stats.peak_pending.max(self.pending);
+        self.release_ready(out);
+    }
+
+    fn command(
+        &mut self,
+        command: CoreCommand,
+        _now: u64,
+        out: &mut Outbox<H::State>,
+    ) -> Result<(), MigrationError> {
+        self.check_command(&command)?;
+        let generation = command.generation;
+        // Arrivals first: a packet already parked for one of them satisfies
+        // the second release condition of this rewrite.
+        for a in &command.arrivals {
+            match &mut self.slots[a.bucket] {
+                slot @ Slot::Absent => {
+                    *slot = Slot::Waiting {
+                        generation: Some(generation),
+                        pending: VecDeque::new(),
+                    };
+                    self.waiting += 1;
+                }
+                Slot::Waiting {
+                    generation: g,
+                    pending,
+                } => {
+                    *g = Some(generation);
+                    if !pending.is_empty() {
+                        self.saw_arrival(generation);
+                    }
+                }
+                _ => {} // already arrived
+            }
+        }
+        for &Release {
+            bucket,
+            to,
+            after_received,
+        } in &command.releases
+        {
+            let slot = std::mem::replace(&mut self.slots[bucket], Slot::Absent);
+            let Slot::Owned { table, .. } = slot else {
+                unreachable!("checked above")
+            };
+            self.slots[bucket] = Slot::Releasing {
+                table,
+                to,
+                after_received,
+                generation,
+            };
+            self.releasing.push(bucket);
+        }
+        self.release_ready(out);
+        Ok(())
+    }
+
+    fn accept(
+        &mut self,
+        handoff: Handoff<H::State>,
+        now: u64,
+        out: &mut Outbox<H::State>,
+    ) -> Result<(), HandoffRejected<H::State>> {
+        let reject = |error, handoff| {
+            Err(HandoffRejected {
+                error,
+                handoff: Box::new(handoff),
+            })
+        };
+        if handoff.to != self.core {
+            let error = MigrationError::WrongCore {
+                addressed: handoff.to,
+                core: self.core,
+            };
+            return reject(error, handoff);
+        }
+        let size = self.slots.len();
+        let bucket = handoff.bucket;
+        if bucket >= size {
+            return reject(MigrationError::UnknownBucket { bucket, size }, handoff);
+        }
+        let core = self.core;
+        match &self.slots[bucket] {
+            Slot::Owned { .. } | Slot::Releasing { .. } => {
+                return reject(MigrationError::AlreadyOwner { core, bucket }, handoff)
+            }
+            Slot::Absent | Slot::Waiting { .. } => {}
+        }
+        let Handoff {
+            generation,
+            mut table,
+            ..
+        } = handoff;
+        if let Slot::Waiting { pending, .. } =
+            std::mem::replace(&mut self.slots[bucket], Slot::Absent)
+        {
+            self.waiting -= 1;
+            if !pending.is_empty() {
+                self.saw_arrival(generation);
+            }
+            self.pending -= pending.len() as u64;
+            for packet in pending {
+                process(&mut table, &mut self.handler, &packet, now);
+                self.stats.processed += 1;
+            }
+        }
+        self.slots[bucket] = Slot::Owned {
+            table,
+            since: generation,
+        };
+        self.stats.accepted += 1;
+        out.completed.push(Completed { bucket, generation });
+        self.release_ready(out);
+        Ok(())
+    }
+
+    fn expire(&mut self, now: u64) -> usize {
+        self.slots
+            .iter_mut()
+            .map(|s| match s {
+                Slot::Owned { table, .. } | Slot::Releasing { table, .. } => table.expire(now),
+                _ => 0,
+            })
+            .sum()
+    }
+
+    fn is_settled(&self) -> bool {
+        self.releasing.is_empty() && self.waiting == 0
+    }
+
+    fn stats(&self) -> WorkerStats {
+        self.stats
+    }
+
+    fn handler(&self) -> &H {
+        &self.handler
+    }
+}
