@@ -181,7 +181,9 @@ pub struct CoreCommand {
 /// A bucket's flow table on its way from its old owner to its new one.
 ///
 /// Owning this value is owning the table: it is moved (over a channel, or by
-/// a function call in a simulation), never shared.
+/// a function call in a simulation), never shared. (`Clone` exists for
+/// model checking, which explores copies of a whole system.)
+#[derive(Clone)]
 pub struct Handoff<S> {
     /// The bucket.
     pub bucket: usize,

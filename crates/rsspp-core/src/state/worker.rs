@@ -577,3 +577,261 @@ impl<H: FlowHandler> Worker for BucketWorker<H> {
         &self.handler
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reta::{BucketMove, MigrationPlan};
+    use crate::state::check::{SequenceCheck, SequencedPacket};
+    use crate::state::migration::{Arrival, MigrationCoordinator};
+    use crate::state::table::WhenFull;
+    use crate::Toeplitz;
+    use std::net::{IpAddr, Ipv4Addr};
+
+    type W = BucketWorker<SequenceCheck>;
+
+    const SIZE: usize = 64;
+
+    /// `n` flows whose hash falls in `bucket`.
+    fn flows_in(bucket: usize, n: usize) -> Vec<(FlowKey, u32)> {
+        let t = Toeplitz::default();
+        (0u32..)
+            .map(|i| {
+                let key = FlowKey::new(
+                    IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + i)),
+                    IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)),
+                    4000,
+                    80,
+                    6,
+                )
+                .unwrap();
+                (key, t.hash_flow(&key))
+            })
+            .filter(|(_, h)| bucket_of(*h, SIZE) == bucket)
+            .take(n)
+            .collect()
+    }
+
+    fn pkt(flow: &(FlowKey, u32), id: u32, seq: u32) -> SequencedPacket {
+        SequencedPacket {
+            key: flow.0,
+            hash: flow.1,
+            flow: id,
+            seq,
+        }
+    }
+
+    /// Two cores over an equal table: even buckets on 0, odd on 1.
+    fn setup() -> (MigrationCoordinator, W, W) {
+        let reta = IndirectionTable::equal(SIZE, 2).unwrap();
+        let config = TableConfig::default();
+        (
+            MigrationCoordinator::new(reta.clone(), 2).unwrap(),
+            BucketWorker::new(0, &reta, config, SequenceCheck::default()),
+            BucketWorker::new(1, &reta, config, SequenceCheck::default()),
+        )
+    }
+
+    fn plan(moves: &[(usize, CoreId, CoreId)]) -> MigrationPlan {
+        MigrationPlan {
+            moves: moves
+                .iter()
+                .map(|&(bucket, from, to)| BucketMove { bucket, from, to })
+                .collect(),
+        }
+    }
+
+    fn deliver(commands: Vec<CoreCommand>, a: &mut W, b: &mut W, out: &mut Outbox<SequenceState>) {
+        for c in commands {
+            let w = if c.core == 0 { &mut *a } else { &mut *b };
+            w.command(c, 0, out).unwrap();
+        }
+    }
+
+    use crate::state::check::SequenceState;
+
+    #[test]
+    fn early_packets_wait_for_the_table_and_keep_their_order() {
+        let (mut coord, mut a, mut b) = setup();
+        let f = flows_in(4, 1)[0];
+        let mut out = Outbox::default();
+        // Packets 0..3 queued to core 0, then bucket 4 moves to core 1.
+        let cmds = coord.apply(&plan(&[(4, 0, 1)]), &[3, 0]).unwrap();
+        // Packets 3..5 reach core 1 first.
+        b.receive([pkt(&f, 0, 3), pkt(&f, 0, 4)], 1, &mut out);
+        assert_eq!(b.pending(), 2);
+        deliver(cmds, &mut a, &mut b, &mut out);
+        a.receive([pkt(&f, 0, 0), pkt(&f, 0, 1)], 2, &mut out);
+        assert!(out.handoffs.is_empty(), "released before its queue drained");
+        a.receive([pkt(&f, 0, 2)], 3, &mut out);
+        let h = out.handoffs.pop().expect("released at the mark");
+        assert_eq!((h.bucket, h.from, h.to, h.generation), (4, 0, 1, 1));
+        assert!(a.owned_buckets().all(|x| x != 4));
+        b.receive([pkt(&f, 0, 5)], 4, &mut out);
+        b.accept(h, 5, &mut out).unwrap();
+        b.receive([pkt(&f, 0, 6)], 6, &mut out);
+        assert_eq!(
+            out.completed,
+            vec![Completed {
+                bucket: 4,
+                generation: 1
+            }]
+        );
+        coord.complete(out.completed.pop().unwrap()).unwrap();
+        let checks = [a.handler(), b.handler()];
+        assert!(checks.iter().all(|c| c.reordered == 0 && c.gaps == 0));
+        let (_, tables) = b.into_parts();
+        let state = tables
+            .iter()
+            .find(|(x, _)| *x == 4)
+            .unwrap()
+            .1
+            .get(&f.0, f.1);
+        assert_eq!(state.unwrap().packets, 7);
+        assert!(a.is_settled());
+        assert_eq!(a.stats().released, 1);
+    }
+
+    #[test]
+    fn a_packet_of_a_new_bucket_releases_before_the_mark() {
+        let (mut coord, mut a, mut b) = setup();
+        let x = flows_in(4, 1)[0]; // core 0 → 1
+        let y = flows_in(5, 1)[0]; // core 1 → 0
+        let mut out = Outbox::default();
+        // The mark says 1 000 packets were queued to core 0: far away.
+        let cmds = coord
+            .apply(&plan(&[(4, 0, 1), (5, 1, 0)]), &[1_000, 0])
+            .unwrap();
+        deliver(cmds, &mut a, &mut b, &mut out);
+        // Core 1 releases bucket 5 at once (nothing was queued to it).
+        let h5 = out.handoffs.pop().unwrap();
+        assert_eq!(h5.bucket, 5);
+        a.receive([pkt(&x, 0, 0)], 1, &mut out);
+        assert!(out.handoffs.is_empty());
+        // Core 0 takes a packet of bucket 5, assigned to it by the same
+        // rewrite: everything queued before the rewrite is behind it.
+        a.receive([pkt(&y, 1, 0)], 2, &mut out);
+        let h4 = out.handoffs.pop().expect("second release condition");
+        assert_eq!(h4.bucket, 4);
+        assert_eq!(a.stats().received, 2);
+        b.accept(h4, 3, &mut out).unwrap();
+        a.accept(h5, 3, &mut out).unwrap();
+        assert_eq!(out.completed.len(), 2);
+        assert!(a.is_settled() && b.is_settled());
+    }
+
+    #[test]
+    fn parked_packet_before_the_command_counts_for_the_second_condition() {
+        let (mut coord, mut a, mut b) = setup();
+        let y = flows_in(5, 1)[0];
+        let mut out = Outbox::default();
+        let cmds = coord
+            .apply(&plan(&[(4, 0, 1), (5, 1, 0)]), &[1_000, 0])
+            .unwrap();
+        // A packet of bucket 5 reaches core 0 before any command: parked.
+        a.receive([pkt(&y, 0, 0)], 1, &mut out);
+        assert_eq!(a.pending(), 1);
+        deliver(cmds, &mut a, &mut b, &mut out);
+        let buckets: Vec<usize> = out.handoffs.iter().map(|h| h.bucket).collect();
+        assert!(buckets.contains(&4), "{buckets:?}");
+    }
+
+    #[test]
+    fn handoff_may_overtake_the_arrival_command() {
+        let (mut coord, mut a, mut b) = setup();
+        let f = flows_in(4, 1)[0];
+        let mut out = Outbox::default();
+        let mut cmds = coord.apply(&plan(&[(4, 0, 1)]), &[0, 0]).unwrap();
+        let for_b = cmds.pop().unwrap();
+        a.command(cmds.pop().unwrap(), 0, &mut out).unwrap();
+        let h = out.handoffs.pop().unwrap();
+        b.receive([pkt(&f, 0, 0)], 1, &mut out);
+        b.accept(h, 2, &mut out).unwrap();
+        assert_eq!(b.pending(), 0);
+        b.command(for_b, 3, &mut out).unwrap();
+        assert_eq!(out.completed.len(), 1);
+        assert!(b.is_settled());
+        assert_eq!(b.handler().new_flows, 1);
+    }
+
+    #[test]
+    fn invalid_commands_are_refused_whole() {
+        let (_, mut a, _) = setup();
+        let mut out = Outbox::default();
+        let release = |bucket| Release {
+            bucket,
+            to: 1,
+            after_received: 0,
+        };
+        let cmd = |releases: Vec<Release>, arrivals: Vec<Arrival>| CoreCommand {
+            core: 0,
+            generation: 1,
+            releases,
+            arrivals,
+        };
+        let bad = [
+            (
+                CoreCommand {
+                    core: 1,
+                    ..cmd(vec![release(0)], vec![])
+                },
+                "delivered to core 0",
+            ),
+            (cmd(vec![release(0), release(64)], vec![]), "does not exist"),
+            (cmd(vec![release(0), release(1)], vec![]), "does not own"),
+            (cmd(vec![release(0), release(0)], vec![]), "twice"),
+            (
+                cmd(vec![release(0)], vec![Arrival { bucket: 2, from: 1 }]),
+                "already owns",
+            ),
+        ];
+        for (c, message) in bad {
+            let err = a.command(c, 0, &mut out).unwrap_err();
+            assert!(err.to_string().contains(message), "{err}");
+        }
+        assert!(out.is_empty());
+        assert!(a.is_settled());
+        assert_eq!(a.owned_buckets().count(), 32);
+    }
+
+    #[test]
+    fn refused_handoff_gives_the_table_back() {
+        let (_, mut a, _) = setup();
+        let f = flows_in(2, 1)[0];
+        let mut table = FlowTable::new(TableConfig::default());
+        table.insert(f.0, f.1, 0, SequenceState::default());
+        let mut out = Outbox::default();
+        for (to, bucket) in [(1, 3), (0, 2), (0, 99)] {
+            let h = Handoff {
+                bucket,
+                from: 1,
+                to,
+                generation: 1,
+                table: table.clone(),
+            };
+            let rejected = a.accept(h, 0, &mut out).unwrap_err();
+            assert_eq!(rejected.handoff.table.len(), 1, "{rejected}");
+        }
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn full_tables_follow_their_policy_and_flows_expire() {
+        let reta = IndirectionTable::equal(SIZE, 1).unwrap();
+        let config = TableConfig {
+            capacity: 2,
+            idle_timeout_ns: Some(1_000),
+            when_full: WhenFull::Refuse,
+        };
+        let mut w = BucketWorker::new(0, &reta, config, SequenceCheck::default());
+        let flows = flows_in(7, 3);
+        let mut out = Outbox::default();
+        let batch: Vec<_> = flows.iter().map(|f| pkt(f, 0, 0)).collect();
+        w.receive(batch, 0, &mut out);
+        assert_eq!(w.handler().stateless, 1);
+        assert_eq!(w.table_stats().refused, 1);
+        assert_eq!(w.expire(999), 0);
+        assert_eq!(w.expire(1_000), 2);
+        assert_eq!(w.tables().map(|(_, t)| t.len()).sum::<usize>(), 0);
+    }
+}
