@@ -12,7 +12,7 @@ use crate::flow::FlowKey;
 use crate::state::worker::{FlowHandler, FlowPacket};
 
 /// A packet of flow number `flow`, the `seq`-th of that flow (from 0).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SequencedPacket {
     /// The flow.
     pub key: FlowKey,
@@ -37,7 +37,7 @@ impl FlowPacket for SequencedPacket {
 }
 
 /// Per-flow state of [`SequenceCheck`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct SequenceState {
     /// The flow number of the packet that created it.
     pub flow: u32,
@@ -48,7 +48,7 @@ pub struct SequenceState {
 }
 
 /// Counters of [`SequenceCheck`], per core.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Hash)]
 pub struct SequenceCheck {
     /// Packets with a sequence number below one already processed for their
     /// flow: processed out of order.

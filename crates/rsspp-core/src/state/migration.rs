@@ -143,7 +143,7 @@ impl<S> std::fmt::Debug for HandoffRejected<S> {
 }
 
 /// "Release bucket `bucket` to core `to`": sent to the old owner.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
 pub struct Release {
     /// The bucket.
     pub bucket: usize,
@@ -157,7 +157,7 @@ pub struct Release {
 }
 
 /// "Bucket `bucket` comes to you from core `from`": sent to the new owner.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
 pub struct Arrival {
     /// The bucket.
     pub bucket: usize,
@@ -166,7 +166,7 @@ pub struct Arrival {
 }
 
 /// Everything one core must know about one table rewrite.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Hash)]
 pub struct CoreCommand {
     /// The core it is for.
     pub core: CoreId,
@@ -183,7 +183,7 @@ pub struct CoreCommand {
 /// Owning this value is owning the table: it is moved (over a channel, or by
 /// a function call in a simulation), never shared. (`Clone` exists for
 /// model checking, which explores copies of a whole system.)
-#[derive(Clone)]
+#[derive(Clone, Hash)]
 pub struct Handoff<S> {
     /// The bucket.
     pub bucket: usize,

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::flow::FlowKey;
 
 /// What a table does with a new flow when it already holds `capacity` flows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
 #[serde(rename_all = "kebab-case")]
 pub enum WhenFull {
     /// Drop the least recently used flow's state to make room (counted in
@@ -34,7 +34,7 @@ pub enum WhenFull {
 
 /// Limits of one flow table; copied into every table, so tables carry them
 /// when they migrate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
 pub struct TableConfig {
     /// Most flows one table holds. With per-bucket tables this is a limit per
     /// bucket; 0 means no flow is ever stored.
@@ -61,7 +61,7 @@ impl Default for TableConfig {
 
 /// Counters of one table. They travel with the table when it migrates, so
 /// summing over every table of every core gives the totals.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, Hash)]
 pub struct TableStats {
     /// New flows stored (including flows that replaced an expired entry).
     pub inserted: u64,
@@ -107,7 +107,7 @@ impl<'a, S> Access<'a, S> {
 /// End marker of the recency list.
 const NIL: u32 = u32::MAX;
 
-#[derive(Clone)]
+#[derive(Clone, Hash)]
 struct Entry<S> {
     key: FlowKey,
     hash: u32,
@@ -143,6 +143,20 @@ pub struct FlowTable<S> {
     /// list stays sorted by `last_used` even if callers' clocks step back.
     clock: u64,
     stats: TableStats,
+}
+
+/// Hashes the stored flows and their recency order (not the index, which
+/// they determine), so that model checkers can recognise states they have
+/// already explored.
+impl<S: std::hash::Hash> std::hash::Hash for FlowTable<S> {
+    fn hash<Hs: std::hash::Hasher>(&self, state: &mut Hs) {
+        self.config.hash(state);
+        self.entries.hash(state);
+        self.head.hash(state);
+        self.tail.hash(state);
+        self.clock.hash(state);
+        self.stats.hash(state);
+    }
 }
 
 impl<S> std::fmt::Debug for FlowTable<S> {

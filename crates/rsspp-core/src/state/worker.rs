@@ -76,7 +76,7 @@ impl<S> Outbox<S> {
 }
 
 /// Counters of one worker.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, Hash)]
 pub struct WorkerStats {
     /// Packets taken from the receive queue.
     pub received: u64,
@@ -148,7 +148,7 @@ pub trait Worker {
 pub type BucketTables<S> = Vec<(usize, FlowTable<S>)>;
 
 /// What a core holds for one bucket.
-#[derive(Clone)]
+#[derive(Clone, Hash)]
 enum Slot<S, P> {
     /// Another core's bucket.
     Absent,
@@ -173,7 +173,10 @@ enum Slot<S, P> {
 /// A worker with one flow table per RSS bucket, migrated between cores by
 /// the protocol of [`crate::state::migration`]. No lock, no atomic: the
 /// tables it holds are its own.
-#[derive(Clone)]
+///
+/// `Clone` and `Hash` (when the handler, its packets and states have them)
+/// let a model checker copy and recognise whole systems of workers.
+#[derive(Clone, Hash)]
 pub struct BucketWorker<H: FlowHandler> {
     core: CoreId,
     config: TableConfig,
