@@ -30,7 +30,7 @@ struct Stripe<S>(Mutex<FlowTable<S>>);
 /// One flow table for all cores, behind striped locks; see the module docs.
 pub struct SharedFlowTable<S> {
     stripes: Box<[Stripe<S>]>,
-    shift: u32,
+    mask: usize,
 }
 
 impl<S> std::fmt::Debug for SharedFlowTable<S> {
@@ -42,23 +42,21 @@ impl<S> std::fmt::Debug for SharedFlowTable<S> {
     }
 }
 
-/// Default number of lock stripes (conntrack uses 1 024).
+/// Default number of lock stripes (conntrack uses 1 024). At most 2^24 are
+/// told apart.
 pub const DEFAULT_STRIPES: usize = 1024;
 
 impl<S> SharedFlowTable<S> {
     /// A table of `stripes` stripes (rounded up to a power of two, at least
-    /// 1) holding up to `config.capacity` flows in total.
+    /// 1), each a [`FlowTable`] with `config` — as with per-bucket tables,
+    /// the capacity is per table.
     pub fn new(config: TableConfig, stripes: usize) -> Self {
         let stripes = stripes.max(1).next_power_of_two();
-        let per_stripe = TableConfig {
-            capacity: config.capacity.div_ceil(stripes),
-            ..config
-        };
         Self {
             stripes: (0..stripes)
-                .map(|_| Stripe(Mutex::new(FlowTable::new(per_stripe))))
+                .map(|_| Stripe(Mutex::new(FlowTable::new(config))))
                 .collect(),
-            shift: 64 - stripes.trailing_zeros(),
+            mask: stripes - 1,
         }
     }
 
@@ -69,14 +67,11 @@ impl<S> SharedFlowTable<S> {
 
     #[inline]
     fn stripe(&self, hash: u32) -> MutexGuard<'_, FlowTable<S>> {
-        // Top bits of the same mix the stripe's table uses for its index,
-        // so stripes and in-stripe positions stay independent.
+        // Bits 40.. of the multiplied hash: clear of the bits a stripe's own
+        // index uses (its low bits and its top-7-bit tag), so flows sharing
+        // a stripe still spread inside it.
         let x = u64::from(hash).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        let i = if self.shift == 64 {
-            0
-        } else {
-            (x >> self.shift) as usize
-        };
+        let i = (x >> 40) as usize & self.mask;
         // A handler that panicked while holding the lock leaves the table
         // structurally sound (it only had `&mut S`).
         self.stripes[i]
