@@ -53,6 +53,9 @@ fn config() -> TableConfig {
     }
 }
 
+/// Packets per batch in the batched variants (a receive burst).
+const BATCH: usize = 32;
+
 fn bench(c: &mut Criterion) {
     let flows = flows();
     let mut rng = StdRng::seed_from_u64(2);
@@ -67,26 +70,13 @@ fn bench(c: &mut Criterion) {
             }
         })
         .collect();
-    let mut group = c.benchmark_group("lookup_update_100k_flows");
-    group.throughput(Throughput::Elements(1));
+    let mut at = 0usize;
+    let mut now = FLOWS as u64;
 
     let mut table: FlowTable<u64> = FlowTable::new(config());
     for (i, (k, h)) in flows.iter().enumerate() {
         table.insert(*k, *h, i as u64, 0);
     }
-    let mut at = 0usize;
-    let mut now = FLOWS as u64;
-    group.bench_function("one_table", |b| {
-        b.iter(|| {
-            let p = &stream[at];
-            at = (at + 1) & (ORDER - 1);
-            now += 1;
-            if let Some(s) = table.get_or_insert_with(&p.key, p.hash, now, || 0).state() {
-                *s += 1;
-            }
-        })
-    });
-
     let reta = IndirectionTable::equal(512, 1).unwrap();
     let packets: Vec<SequencedPacket> = flows
         .iter()
@@ -98,27 +88,78 @@ fn bench(c: &mut Criterion) {
             seq: 0,
         })
         .collect();
-    let mut worker = BucketWorker::new(0, &reta, config(), SequenceCheck::default());
     let mut out = Outbox::default();
-    worker.receive(packets.iter().copied(), 0, &mut out);
+    let mut per_bucket = BucketWorker::new(0, &reta, config(), SequenceCheck::default());
+    per_bucket.receive(packets.iter().copied(), 0, &mut out);
+    let shared_table = Arc::new(SharedFlowTable::new(config(), 1024));
+    let mut shared = SharedWorker::new(0, shared_table, SequenceCheck::default());
+    shared.receive(packets.iter().copied(), 0, &mut out);
+
+    // One packet at a time: the latency of a lookup and update.
+    let mut group = c.benchmark_group("lookup_update_100k_flows");
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("one_table", |b| {
+        b.iter(|| {
+            let p = &stream[at];
+            at = (at + 1) & (ORDER - 1);
+            now += 1;
+            if let Some(s) = table.get_or_insert_with(&p.key, p.hash, now, || 0).state() {
+                *s += 1;
+            }
+        })
+    });
     group.bench_function("per_bucket_worker", |b| {
         b.iter(|| {
             let p = stream[at];
             at = (at + 1) & (ORDER - 1);
             now += 1;
-            worker.receive([black_box(p)], now, &mut out);
+            per_bucket.receive([black_box(p)], now, &mut out);
         })
     });
-
-    let shared = Arc::new(SharedFlowTable::new(config(), 1024));
-    let mut worker = SharedWorker::new(0, shared, SequenceCheck::default());
-    worker.receive(packets.iter().copied(), 0, &mut out);
     group.bench_function("shared_table_uncontended", |b| {
         b.iter(|| {
             let p = stream[at];
             at = (at + 1) & (ORDER - 1);
             now += 1;
-            worker.receive([black_box(p)], now, &mut out);
+            shared.receive([black_box(p)], now, &mut out);
+        })
+    });
+    group.finish();
+
+    // Batches of 32, as a receive path takes them: the entries of a batch
+    // are prefetched first, so their cache misses overlap. Time per packet.
+    at = 0;
+    let mut group = c.benchmark_group("lookup_update_100k_flows_batch32");
+    group.throughput(Throughput::Elements(BATCH as u64));
+    group.bench_function("one_table", |b| {
+        b.iter(|| {
+            let batch = &stream[at..at + BATCH];
+            at = (at + BATCH) & (ORDER - 1);
+            now += 1;
+            for p in batch {
+                table.prefetch(p.hash);
+            }
+            for p in batch {
+                if let Some(s) = table.get_or_insert_with(&p.key, p.hash, now, || 0).state() {
+                    *s += 1;
+                }
+            }
+        })
+    });
+    group.bench_function("per_bucket_worker", |b| {
+        b.iter(|| {
+            let batch = &stream[at..at + BATCH];
+            at = (at + BATCH) & (ORDER - 1);
+            now += 1;
+            per_bucket.receive(black_box(batch).iter().copied(), now, &mut out);
+        })
+    });
+    group.bench_function("shared_table_uncontended", |b| {
+        b.iter(|| {
+            let batch = &stream[at..at + BATCH];
+            at = (at + BATCH) & (ORDER - 1);
+            now += 1;
+            shared.receive(black_box(batch).iter().copied(), now, &mut out);
         })
     });
     group.finish();

@@ -78,6 +78,11 @@ pub struct BenchStateArgs {
     /// Packets a worker may run ahead of the slowest one (a receive ring).
     #[arg(long, default_value_t = 2048)]
     pub ring: u64,
+    /// Rounds: the variants alternate, `--seconds / --rounds` each per
+    /// round; packets per second are the medians over the rounds, the ratio
+    /// the median of the rounds' ratios (this machine is shared and noisy).
+    #[arg(long, default_value_t = 5)]
+    pub rounds: usize,
 }
 
 /// Why the benchmark could not run.
@@ -108,7 +113,7 @@ pub enum BenchStateError {
 /// Measurements of one variant.
 #[derive(Debug, Clone, Serialize)]
 pub struct VariantResult {
-    /// Packets processed per second.
+    /// Packets processed per second (median over rounds).
     pub pps: f64,
     /// Packets processed.
     pub packets: u64,
@@ -139,12 +144,16 @@ pub struct BenchStateReport {
     pub change_interval_ms: u64,
     /// Buckets moved per rewrite.
     pub moves_per_change: usize,
-    /// Per-bucket packets per second.
+    /// Rounds of each variant.
+    pub rounds: usize,
+    /// Per-bucket packets per second (median over rounds).
     pub per_bucket_pps: f64,
-    /// Shared-table packets per second.
+    /// Shared-table packets per second (median over rounds).
     pub shared_pps: f64,
-    /// `per_bucket_pps / shared_pps`.
+    /// Median over the rounds of per-bucket / shared packets per second.
     pub ratio: f64,
+    /// That ratio in each round.
+    pub round_ratios: Vec<f64>,
     /// Per-bucket packets processed out of order.
     pub per_bucket_reordered: u64,
     /// Shared-table packets processed out of order.
@@ -476,6 +485,7 @@ fn drive<W>(
     workers: Vec<W>,
     traffic: &Traffic,
     reta: &IndirectionTable,
+    seconds: f64,
 ) -> Result<(Vec<Finished<W>>, f64), BenchStateError>
 where
     W: Worker<Handler = SequenceCheck> + Send,
@@ -494,7 +504,7 @@ where
         ring: args.ring.max(args.batch as u64),
         moves: args.moves_per_change,
         interval_ns: args.change_interval_ms.max(1) * 1_000_000,
-        duration_ns: (args.seconds * 1e9) as u64,
+        duration_ns: (seconds * 1e9) as u64,
         start: Instant::now(),
     };
     let (senders, receivers): (Vec<_>, Vec<_>) = (0..cores).map(|_| mpsc::channel()).unzip();
@@ -565,39 +575,39 @@ pub fn measure(args: &BenchStateArgs) -> Result<BenchStateReport, BenchStateErro
         return Err(BenchStateError::NotPositive("seconds"));
     }
     let reta = IndirectionTable::equal(args.buckets, args.workers)?;
-    let config = table_config(args.flows);
     let traffic = Traffic::new(args.flows, args.seed);
-
-    let workers: Vec<_> = (0..args.workers)
-        .map(|c| BucketWorker::new(c, &reta, config, SequenceCheck::default()))
-        .collect();
-    let (finished, seconds) = drive(args, workers, &traffic, &reta)?;
-    let mut states: Vec<SequenceState> = Vec::with_capacity(args.flows);
-    for f in &finished {
-        for (_, t) in f.worker.tables() {
-            states.extend(t.iter().map(|(_, s)| *s));
+    let rounds = args.rounds.max(1);
+    let seconds = args.seconds / rounds as f64;
+    let mut per_bucket_runs = Vec::with_capacity(rounds);
+    let mut shared_runs = Vec::with_capacity(rounds);
+    for round in 0..rounds {
+        // Alternate which variant goes first, so that a slow drift of the
+        // machine favours neither.
+        if round % 2 == 0 {
+            per_bucket_runs.push(run_per_bucket(args, &traffic, &reta, seconds)?);
+            shared_runs.push(run_shared(args, &traffic, &reta, seconds)?);
+        } else {
+            shared_runs.push(run_shared(args, &traffic, &reta, seconds)?);
+            per_bucket_runs.push(run_per_bucket(args, &traffic, &reta, seconds)?);
         }
     }
-    let per_bucket = result(&finished, audit(&sent(&finished), &states), seconds);
-    drop(finished);
-
-    let shared = Arc::new(SharedFlowTable::new(config, args.stripes));
-    let workers: Vec<_> = (0..args.workers)
-        .map(|c| SharedWorker::new(c, shared.clone(), SequenceCheck::default()))
+    let round_ratios: Vec<f64> = per_bucket_runs
+        .iter()
+        .zip(&shared_runs)
+        .map(|(p, s)| p.pps / s.pps)
         .collect();
-    let (finished, seconds) = drive(args, workers, &traffic, &reta)?;
-    let mut states: Vec<SequenceState> = Vec::with_capacity(args.flows);
-    shared.for_each(|_, s| states.push(*s));
-    let shared = result(&finished, audit(&sent(&finished), &states), seconds);
-
+    let per_bucket = combine(&per_bucket_runs);
+    let shared = combine(&shared_runs);
     Ok(BenchStateReport {
         workers: args.workers,
         flows: args.flows,
         change_interval_ms: args.change_interval_ms,
         moves_per_change: args.moves_per_change,
+        rounds,
         per_bucket_pps: per_bucket.pps,
         shared_pps: shared.pps,
-        ratio: per_bucket.pps / shared.pps,
+        ratio: median(round_ratios.clone()),
+        round_ratios,
         per_bucket_reordered: per_bucket.reordered,
         shared_reordered: shared.reordered,
         lost_states: per_bucket.lost_states
@@ -610,6 +620,67 @@ pub fn measure(args: &BenchStateArgs) -> Result<BenchStateReport, BenchStateErro
     })
 }
 
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// Rounds of one variant: counts summed, packets per second the median.
+fn combine(runs: &[VariantResult]) -> VariantResult {
+    let sum = |f: fn(&VariantResult) -> u64| runs.iter().map(f).sum();
+    VariantResult {
+        pps: median(runs.iter().map(|r| r.pps).collect()),
+        packets: sum(|r| r.packets),
+        seconds: runs.iter().map(|r| r.seconds).sum(),
+        reordered: sum(|r| r.reordered),
+        lost_states: sum(|r| r.lost_states),
+        duplicated_states: sum(|r| r.duplicated_states),
+        rewrites: sum(|r| r.rewrites),
+        migrations: sum(|r| r.migrations),
+        parked: sum(|r| r.parked),
+    }
+}
+
+fn run_per_bucket(
+    args: &BenchStateArgs,
+    traffic: &Traffic,
+    reta: &IndirectionTable,
+    seconds: f64,
+) -> Result<VariantResult, BenchStateError> {
+    let config = table_config(args.flows);
+    let workers: Vec<_> = (0..args.workers)
+        .map(|c| BucketWorker::new(c, reta, config, SequenceCheck::default()))
+        .collect();
+    let (finished, wall) = drive(args, workers, traffic, reta, seconds)?;
+    let mut states: Vec<SequenceState> = Vec::with_capacity(args.flows);
+    for f in &finished {
+        for (_, t) in f.worker.tables() {
+            states.extend(t.iter().map(|(_, s)| *s));
+        }
+    }
+    Ok(result(&finished, audit(&sent(&finished), &states), wall))
+}
+
+fn run_shared(
+    args: &BenchStateArgs,
+    traffic: &Traffic,
+    reta: &IndirectionTable,
+    seconds: f64,
+) -> Result<VariantResult, BenchStateError> {
+    let table = Arc::new(SharedFlowTable::new(table_config(args.flows), args.stripes));
+    let workers: Vec<_> = (0..args.workers)
+        .map(|c| SharedWorker::new(c, table.clone(), SequenceCheck::default()))
+        .collect();
+    let (finished, wall) = drive(args, workers, traffic, reta, seconds)?;
+    let mut states: Vec<SequenceState> = Vec::with_capacity(args.flows);
+    table.for_each(|_, s| states.push(*s));
+    Ok(result(&finished, audit(&sent(&finished), &states), wall))
+}
+
 /// `rsspp bench state`: runs both variants and prints the summary or JSON.
 pub fn run(args: &BenchStateArgs) -> Result<(), BenchStateError> {
     let report = measure(args)?;
@@ -618,12 +689,13 @@ pub fn run(args: &BenchStateArgs) -> Result<(), BenchStateError> {
         return Ok(());
     }
     println!(
-        "{} workers, {} flows, {} buckets moved every {} ms, {:.1} s per variant",
+        "{} workers, {} flows, {} buckets moved every {} ms, {:.1} s per variant in {} rounds",
         report.workers,
         report.flows,
         report.moves_per_change,
         report.change_interval_ms,
-        args.seconds
+        args.seconds,
+        report.rounds
     );
     println!(
         "{:<14} {:>12} {:>10} {:>12} {:>10} {:>8}",
@@ -643,7 +715,16 @@ pub fn run(args: &BenchStateArgs) -> Result<(), BenchStateError> {
             v.parked
         );
     }
-    println!("per-bucket / shared: {:.2}x", report.ratio);
+    let rounds: Vec<String> = report
+        .round_ratios
+        .iter()
+        .map(|r| format!("{r:.2}"))
+        .collect();
+    println!(
+        "per-bucket / shared: {:.2}x (median; rounds {})",
+        report.ratio,
+        rounds.join(" ")
+    );
     Ok(())
 }
 
@@ -664,6 +745,7 @@ mod tests {
             batch: 32,
             seed: 1,
             ring: 2048,
+            rounds: 2,
         }
     }
 

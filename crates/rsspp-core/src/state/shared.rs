@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::reta::CoreId;
 use crate::state::migration::{Completed, CoreCommand, Handoff, HandoffRejected, MigrationError};
-use crate::state::table::{FlowTable, TableConfig, TableStats};
+use crate::state::table::{prefetch_line, FlowTable, TableConfig, TableStats};
 use crate::state::worker::{process, FlowHandler, FlowPacket, Outbox, Worker, WorkerStats};
 
 /// A mutex on its own 128-byte block, so two stripes never share a cache
@@ -66,15 +66,27 @@ impl<S> SharedFlowTable<S> {
     }
 
     #[inline]
-    fn stripe(&self, hash: u32) -> MutexGuard<'_, FlowTable<S>> {
+    fn stripe_of(&self, hash: u32) -> &Stripe<S> {
         // Bits 40.. of the multiplied hash: clear of the bits a stripe's own
         // index uses (its low bits and its top-7-bit tag), so flows sharing
         // a stripe still spread inside it.
         let x = u64::from(hash).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        let i = (x >> 40) as usize & self.mask;
+        &self.stripes[(x >> 40) as usize & self.mask]
+    }
+
+    /// Starts loading the lock (and table header) of the stripe of RSS hash
+    /// `hash` into the cache. The entries themselves cannot be located
+    /// without taking the lock.
+    #[inline]
+    pub fn prefetch(&self, hash: u32) {
+        prefetch_line(self.stripe_of(hash));
+    }
+
+    #[inline]
+    fn stripe(&self, hash: u32) -> MutexGuard<'_, FlowTable<S>> {
         // A handler that panicked while holding the lock leaves the table
         // structurally sound (it only had `&mut S`).
-        self.stripes[i]
+        self.stripe_of(hash)
             .0
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -133,6 +145,7 @@ pub struct SharedWorker<H: FlowHandler> {
     table: Arc<SharedFlowTable<H::State>>,
     handler: H,
     stats: WorkerStats,
+    batch: Vec<H::Packet>,
 }
 
 impl<H: FlowHandler> std::fmt::Debug for SharedWorker<H> {
@@ -152,6 +165,7 @@ impl<H: FlowHandler> SharedWorker<H> {
             table,
             handler,
             stats: WorkerStats::default(),
+            batch: Vec::new(),
         }
     }
 
@@ -181,9 +195,16 @@ impl<H: FlowHandler> Worker for SharedWorker<H> {
             table,
             handler,
             stats,
+            batch,
             ..
         } = self;
-        for packet in packets {
+        batch.extend(packets);
+        if batch.len() > 1 {
+            for packet in batch.iter() {
+                table.prefetch(packet.rss_hash());
+            }
+        }
+        for packet in batch.drain(..) {
             stats.received += 1;
             table.with_stripe(packet.rss_hash(), |t| process(t, handler, &packet, now));
             stats.processed += 1;

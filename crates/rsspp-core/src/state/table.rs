@@ -4,12 +4,16 @@
 //! the per-bucket design gives each table exactly one owning core at a time,
 //! and the shared baseline wraps tables in locks.
 //!
-//! Layout: the entries live densely in a `Vec` (key, hash, state, last-use
-//! time and links of an intrusive least-recently-used list); a SwissTable of
-//! `u32` positions indexes them. The flow's Toeplitz hash, which the NIC has
-//! already computed, is reused as the index hash after a cheap mix: within a
-//! bucket its low bits are all equal (they *are* the bucket number), so it
-//! cannot be used raw.
+//! Layout: the entries (key, hash, state, last-use time) live densely in a
+//! `Vec`; the links of the least-recently-used list live in a parallel
+//! compact `Vec` (8 bytes a flow), so that reordering the list does not pull
+//! whole entries into the cache; a SwissTable of `(hash, position)` words
+//! indexes the entries. The flow's Toeplitz hash, which the NIC has already
+//! computed, is reused as the index hash after a cheap mix: within a bucket
+//! its low bits are all equal (they *are* the bucket number), so it cannot
+//! be used raw. Because the index words carry the hash, a batch can locate
+//! its entries and [`FlowTable::prefetch`] them before processing, without
+//! touching an entry.
 //!
 //! The recency list serves both policies that need an "oldest" flow: idle
 //! expiry pops from its cold end while the flow there has been idle for the
@@ -111,12 +115,47 @@ const NIL: u32 = u32::MAX;
 struct Entry<S> {
     key: FlowKey,
     hash: u32,
+    last_used: u64,
+    state: S,
+}
+
+/// An entry's place in the recency list.
+#[derive(Clone, Copy, Hash)]
+struct Link {
     /// Neighbour used more recently (towards the head), or `NIL`.
     newer: u32,
     /// Neighbour used less recently (towards the tail), or `NIL`.
     older: u32,
-    last_used: u64,
-    state: S,
+}
+
+/// An index word: the flow's hash and its position in `entries`.
+#[inline]
+fn slot(hash: u32, position: usize) -> u64 {
+    (u64::from(hash) << 32) | position as u64
+}
+
+#[inline]
+fn slot_hash(slot: u64) -> u32 {
+    (slot >> 32) as u32
+}
+
+#[inline]
+fn slot_position(slot: u64) -> usize {
+    slot as u32 as usize
+}
+
+/// Asks the CPU to start loading the cache line at `p` (no effect off
+/// x86-64).
+#[inline(always)]
+pub(crate) fn prefetch_line<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: SSE is part of the x86-64 baseline, and a prefetch neither
+    // faults nor makes memory visible to the program: any address will do.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p.cast())
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
 /// Spreads a 32-bit Toeplitz hash over 64 bits. The low bits of the input are
@@ -133,8 +172,9 @@ fn mix(hash: u32) -> u64 {
 #[derive(Clone)]
 pub struct FlowTable<S> {
     config: TableConfig,
-    index: HashTable<u32>,
+    index: HashTable<u64>,
     entries: Vec<Entry<S>>,
+    links: Vec<Link>,
     /// Most recently used entry, or `NIL`.
     head: u32,
     /// Least recently used entry, or `NIL`.
@@ -152,6 +192,7 @@ impl<S: std::hash::Hash> std::hash::Hash for FlowTable<S> {
     fn hash<Hs: std::hash::Hasher>(&self, state: &mut Hs) {
         self.config.hash(state);
         self.entries.hash(state);
+        self.links.hash(state);
         self.head.hash(state);
         self.tail.hash(state);
         self.clock.hash(state);
@@ -176,6 +217,7 @@ impl<S> FlowTable<S> {
             config,
             index: HashTable::new(),
             entries: Vec::new(),
+            links: Vec::new(),
             head: NIL,
             tail: NIL,
             clock: 0,
@@ -203,14 +245,31 @@ impl<S> FlowTable<S> {
         &self.stats
     }
 
+    #[inline]
     fn position(&self, key: &FlowKey, hash: u32) -> Option<usize> {
         let entries = &self.entries;
         self.index
-            .find(mix(hash), |&i| {
-                let e = &entries[i as usize];
-                e.hash == hash && e.key == *key
+            .find(mix(hash), |&w| {
+                slot_hash(w) == hash && entries[slot_position(w)].key == *key
             })
-            .map(|&i| i as usize)
+            .map(|&w| slot_position(w))
+    }
+
+    /// Starts loading into the cache the entry of the flow with RSS hash
+    /// `hash`, if there is one: call it for the packets of a batch before
+    /// processing them, so that their cache misses overlap. Touches only the
+    /// index.
+    #[inline]
+    pub fn prefetch(&self, hash: u32) {
+        if let Some(&w) = self.index.find(mix(hash), |&w| slot_hash(w) == hash) {
+            if let Some(e) = self.entries.get(slot_position(w)) {
+                // An entry may straddle two cache lines: load both.
+                let first = (e as *const Entry<S>).cast::<u8>();
+                prefetch_line(first);
+                prefetch_line(first.wrapping_add(std::mem::size_of::<Entry<S>>() - 1));
+                prefetch_line(&self.links[slot_position(w)]);
+            }
+        }
     }
 
     /// The state of a flow, without counting as a use. `hash` is the flow's
@@ -342,7 +401,7 @@ impl<S> FlowTable<S> {
                 return None;
             }
             let e = &self.entries[at as usize];
-            at = e.older;
+            at = self.links[at as usize].older;
             Some((&e.key, &e.state))
         })
     }
@@ -358,15 +417,16 @@ impl<S> FlowTable<S> {
         self.entries.push(Entry {
             key,
             hash,
-            newer: NIL,
-            older: NIL,
             last_used: now,
             state,
         });
+        self.links.push(Link {
+            newer: NIL,
+            older: NIL,
+        });
         self.link_head(i);
-        let entries = &self.entries;
         self.index
-            .insert_unique(mix(hash), i as u32, |&j| mix(entries[j as usize].hash));
+            .insert_unique(mix(hash), slot(hash, i), |&w| mix(slot_hash(w)));
         self.stats.inserted += 1;
         i
     }
@@ -383,30 +443,29 @@ impl<S> FlowTable<S> {
 
     fn link_head(&mut self, i: usize) {
         let old_head = self.head;
-        {
-            let e = &mut self.entries[i];
-            e.newer = NIL;
-            e.older = old_head;
-        }
+        self.links[i] = Link {
+            newer: NIL,
+            older: old_head,
+        };
         if old_head == NIL {
             self.tail = i as u32;
         } else {
-            self.entries[old_head as usize].newer = i as u32;
+            self.links[old_head as usize].newer = i as u32;
         }
         self.head = i as u32;
     }
 
     fn unlink(&mut self, i: usize) {
-        let Entry { newer, older, .. } = self.entries[i];
+        let Link { newer, older } = self.links[i];
         if newer == NIL {
             self.head = older;
         } else {
-            self.entries[newer as usize].older = older;
+            self.links[newer as usize].older = older;
         }
         if older == NIL {
             self.tail = newer;
         } else {
-            self.entries[older as usize].newer = newer;
+            self.links[older as usize].newer = newer;
         }
     }
 
@@ -414,31 +473,32 @@ impl<S> FlowTable<S> {
     fn remove_at(&mut self, i: usize) -> (FlowKey, S) {
         self.unlink(i);
         let hash = self.entries[i].hash;
-        if let Ok(slot) = self.index.find_entry(mix(hash), |&j| j as usize == i) {
-            slot.remove();
+        if let Ok(found) = self.index.find_entry(mix(hash), |&w| w == slot(hash, i)) {
+            found.remove();
         }
         let last = self.entries.len() - 1;
         let removed = self.entries.swap_remove(i);
+        self.links.swap_remove(i);
         if i != last {
-            // The former last entry now lives at `i`: repoint its index slot
+            // The former last entry now lives at `i`: repoint its index word
             // and its list neighbours.
             let moved_hash = self.entries[i].hash;
-            if let Some(slot) = self
+            if let Some(w) = self
                 .index
-                .find_mut(mix(moved_hash), |&j| j as usize == last)
+                .find_mut(mix(moved_hash), |&w| w == slot(moved_hash, last))
             {
-                *slot = i as u32;
+                *w = slot(moved_hash, i);
             }
-            let Entry { newer, older, .. } = self.entries[i];
+            let Link { newer, older } = self.links[i];
             if newer == NIL {
                 self.head = i as u32;
             } else {
-                self.entries[newer as usize].older = i as u32;
+                self.links[newer as usize].older = i as u32;
             }
             if older == NIL {
                 self.tail = i as u32;
             } else {
-                self.entries[older as usize].newer = i as u32;
+                self.links[older as usize].newer = i as u32;
             }
         }
         (removed.key, removed.state)
@@ -483,7 +543,7 @@ mod tests {
             let mut at = t.head;
             while at != NIL {
                 v.push(at);
-                at = t.entries[at as usize].older;
+                at = t.links[at as usize].older;
             }
             v
         };
@@ -491,7 +551,7 @@ mod tests {
         let mut at = t.tail;
         while at != NIL {
             backward.push(at);
-            at = t.entries[at as usize].newer;
+            at = t.links[at as usize].newer;
         }
         backward.reverse();
         assert_eq!(forward, backward);

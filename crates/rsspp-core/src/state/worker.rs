@@ -191,6 +191,8 @@ pub struct BucketWorker<H: FlowHandler> {
     newest_arrival_seen: u64,
     handler: H,
     stats: WorkerStats,
+    /// The batch being processed (kept to reuse its allocation).
+    batch: Vec<H::Packet>,
 }
 
 impl<H: FlowHandler> std::fmt::Debug for BucketWorker<H> {
@@ -250,6 +252,7 @@ impl<H: FlowHandler> BucketWorker<H> {
             newest_arrival_seen: 0,
             handler,
             stats: WorkerStats::default(),
+            batch: Vec::new(),
         }
     }
 
@@ -410,7 +413,21 @@ impl<H: FlowHandler> Worker for BucketWorker<H> {
         I: IntoIterator<Item = H::Packet>,
     {
         let size = self.slots.len();
-        for packet in packets {
+        let mut batch = std::mem::take(&mut self.batch);
+        batch.extend(packets);
+        // Start every entry's cache miss before processing the first packet,
+        // so that the misses overlap instead of queueing one after another.
+        if batch.len() > 1 {
+            for packet in &batch {
+                let hash = packet.rss_hash();
+                if let Slot::Owned { table, .. } | Slot::Releasing { table, .. } =
+                    &self.slots[bucket_of(hash, size)]
+                {
+                    table.prefetch(hash);
+                }
+            }
+        }
+        for packet in batch.drain(..) {
             self.stats.received += 1;
             let bucket = bucket_of(packet.rss_hash(), size);
             match &mut self.slots[bucket] {
@@ -442,6 +459,7 @@ impl<H: FlowHandler> Worker for BucketWorker<H> {
                 }
             }
         }
+        self.batch = batch;
         self.stats.peak_pending = self.stats.peak_pending.max(self.pending);
         self.release_ready(out);
     }
