@@ -375,22 +375,20 @@ fn rotation_over_three_cores_every_schedule() {
         Step::Packet(2),
         Step::Plan(vec![(0, 1), (1, 2), (2, 0)]),
         Step::Packet(0),
-        Step::Packet(1),
         Step::Packet(2),
         Step::Plan(vec![(0, 2), (1, 0), (2, 1)]),
         Step::Packet(0),
-        Step::Packet(2),
     ];
     let (states, parked) = explore(Sim::new(3, flows, script));
     eprintln!("{states} states, {parked} end states with parked packets");
-    assert!(states > 10_000 && parked > 0);
+    assert!(states > 1_000 && parked > 0);
 }
 
 #[test]
 fn three_cores_many_moves_random_schedules() {
     let flows = flows_in(&[0, 1, 2, 5, 7]);
     let mut rng = SmallRng::seed_from_u64(11);
-    for round in 0..2_000 {
+    for round in 0..1_000 {
         let mut script = Vec::new();
         for _ in 0..30 {
             if rng.random_range(0..6) == 0 {
