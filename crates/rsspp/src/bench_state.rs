@@ -113,8 +113,12 @@ pub enum BenchStateError {
 /// Measurements of one variant.
 #[derive(Debug, Clone, Serialize)]
 pub struct VariantResult {
-    /// Packets processed per second (median over rounds).
+    /// Packets processed per second of wall time (median over rounds).
     pub pps: f64,
+    /// Packets processed per second of the workers' CPU time: what one core
+    /// processes when it is not waiting or preempted (median over rounds;
+    /// equal to `pps / workers` when the CPU time cannot be read).
+    pub pps_per_core: f64,
     /// Packets processed.
     pub packets: u64,
     /// Wall time, seconds.
@@ -154,6 +158,13 @@ pub struct BenchStateReport {
     pub ratio: f64,
     /// That ratio in each round.
     pub round_ratios: Vec<f64>,
+    /// Per-bucket packets per second of worker CPU time (median).
+    pub per_bucket_pps_per_core: f64,
+    /// Shared-table packets per second of worker CPU time (median).
+    pub shared_pps_per_core: f64,
+    /// Median over the rounds of the per-core ratio: the efficiency gain,
+    /// less sensitive than `ratio` to the machine's other load.
+    pub ratio_per_core: f64,
     /// Per-bucket packets processed out of order.
     pub per_bucket_reordered: u64,
     /// Shared-table packets processed out of order.
@@ -301,9 +312,24 @@ struct Replay<'a> {
     start: Instant,
 }
 
+/// Waits a little without using the CPU, so that a worker waiting for the
+/// other is not charged for the wait.
+fn pause() {
+    std::thread::park_timeout(std::time::Duration::from_micros(20));
+}
+
+/// CPU time of the calling thread, nanoseconds (Linux: the first field of
+/// `/proc/thread-self/schedstat`), if available.
+fn thread_cpu_ns() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    text.split_whitespace().next()?.parse().ok()
+}
+
 /// What one worker thread returns.
 struct Finished<W> {
     worker: W,
+    /// CPU time the thread used, if it could be read.
+    cpu_ns: Option<u64>,
     /// Packets sent per flow (only the first worker's count is used: every
     /// replica counts the same).
     sent: Vec<u32>,
@@ -324,6 +350,7 @@ fn replay<W>(
 where
     W: Worker<Handler = SequenceCheck>,
 {
+    let cpu_start = thread_cpu_ns();
     let me = worker.core();
     let cores = handoffs_out.len();
     let size = cfg.reta.len();
@@ -363,7 +390,7 @@ where
         if i % cfg.batch as u64 == 0 {
             // Batch boundary: process, exchange, publish, pace.
             if !batch.is_empty() {
-                worker.receive(batch.drain(..), now(), &mut out);
+                worker.receive_batch(&mut batch, now(), &mut out);
             }
             take_handoffs(&mut worker, &mut out, &mut failure);
             deliver(&mut out, &mut failure);
@@ -397,7 +424,7 @@ where
             while i > shared.min_progress() + cfg.ring && failure.is_none() {
                 take_handoffs(&mut worker, &mut out, &mut failure);
                 deliver(&mut out, &mut failure);
-                std::thread::yield_now();
+                pause();
             }
         }
         if i >= stop_at || failure.is_some() {
@@ -405,7 +432,7 @@ where
         }
         if i == rewrite_at {
             if !batch.is_empty() {
-                worker.receive(batch.drain(..), now(), &mut out);
+                worker.receive_batch(&mut batch, now(), &mut out);
                 deliver(&mut out, &mut failure);
             }
             // The previous rewrite's tables have all been released (every
@@ -413,7 +440,7 @@ where
             while !worker.is_settled() && failure.is_none() {
                 take_handoffs(&mut worker, &mut out, &mut failure);
                 deliver(&mut out, &mut failure);
-                std::thread::yield_now();
+                pause();
             }
             for done in in_flight.drain(..) {
                 coordinator.complete(done).expect("replicas agree");
@@ -451,17 +478,21 @@ where
         i += 1;
     }
     if !batch.is_empty() {
-        worker.receive(batch.drain(..), now(), &mut out);
+        worker.receive_batch(&mut batch, now(), &mut out);
         deliver(&mut out, &mut failure);
     }
     shared.progress[me].0.store(u64::MAX, Relaxed);
     while !worker.is_settled() && failure.is_none() {
         take_handoffs(&mut worker, &mut out, &mut failure);
         deliver(&mut out, &mut failure);
-        std::thread::yield_now();
+        pause();
     }
+    let cpu_ns = thread_cpu_ns()
+        .zip(cpu_start)
+        .map(|(end, start)| end.saturating_sub(start));
     Finished {
         worker,
+        cpu_ns,
         sent: stream.next_seq,
         rewrites,
         moves,
@@ -546,8 +577,14 @@ fn result<W: Worker<Handler = SequenceCheck>>(
         packets += f.worker.stats().processed;
         parked += f.worker.stats().parked;
     }
+    let cpu: Option<u64> = finished.iter().map(|f| f.cpu_ns).sum();
+    let pps_per_core = match cpu {
+        Some(ns) if ns > 0 => packets as f64 / (ns as f64 / 1e9),
+        _ => packets as f64 / seconds / finished.len() as f64,
+    };
     VariantResult {
         pps: packets as f64 / seconds,
+        pps_per_core,
         packets,
         seconds,
         reordered: check.reordered,
@@ -596,6 +633,11 @@ pub fn measure(args: &BenchStateArgs) -> Result<BenchStateReport, BenchStateErro
         .zip(&shared_runs)
         .map(|(p, s)| p.pps / s.pps)
         .collect();
+    let core_ratios: Vec<f64> = per_bucket_runs
+        .iter()
+        .zip(&shared_runs)
+        .map(|(p, s)| p.pps_per_core / s.pps_per_core)
+        .collect();
     let per_bucket = combine(&per_bucket_runs);
     let shared = combine(&shared_runs);
     Ok(BenchStateReport {
@@ -608,6 +650,9 @@ pub fn measure(args: &BenchStateArgs) -> Result<BenchStateReport, BenchStateErro
         shared_pps: shared.pps,
         ratio: median(round_ratios.clone()),
         round_ratios,
+        per_bucket_pps_per_core: per_bucket.pps_per_core,
+        shared_pps_per_core: shared.pps_per_core,
+        ratio_per_core: median(core_ratios),
         per_bucket_reordered: per_bucket.reordered,
         shared_reordered: shared.reordered,
         lost_states: per_bucket.lost_states
@@ -634,6 +679,7 @@ fn combine(runs: &[VariantResult]) -> VariantResult {
     let sum = |f: fn(&VariantResult) -> u64| runs.iter().map(f).sum();
     VariantResult {
         pps: median(runs.iter().map(|r| r.pps).collect()),
+        pps_per_core: median(runs.iter().map(|r| r.pps_per_core).collect()),
         packets: sum(|r| r.packets),
         seconds: runs.iter().map(|r| r.seconds).sum(),
         reordered: sum(|r| r.reordered),
@@ -698,17 +744,18 @@ pub fn run(args: &BenchStateArgs) -> Result<(), BenchStateError> {
         report.rounds
     );
     println!(
-        "{:<14} {:>12} {:>10} {:>12} {:>10} {:>8}",
-        "", "packets/s", "reordered", "lost states", "moves", "parked"
+        "{:<14} {:>12} {:>14} {:>10} {:>12} {:>8} {:>8}",
+        "", "packets/s", "per core-sec", "reordered", "lost states", "moves", "parked"
     );
     for (name, v) in [
         ("per-bucket", &report.per_bucket),
         ("shared table", &report.shared),
     ] {
         println!(
-            "{:<14} {:>12.0} {:>10} {:>12} {:>10} {:>8}",
+            "{:<14} {:>12.0} {:>14.0} {:>10} {:>12} {:>8} {:>8}",
             name,
             v.pps,
+            v.pps_per_core,
             v.reordered,
             v.lost_states + v.duplicated_states,
             v.migrations,
@@ -721,9 +768,10 @@ pub fn run(args: &BenchStateArgs) -> Result<(), BenchStateError> {
         .map(|r| format!("{r:.2}"))
         .collect();
     println!(
-        "per-bucket / shared: {:.2}x (median; rounds {})",
+        "per-bucket / shared: {:.2}x packets/s (median; rounds {}), {:.2}x per core-second",
         report.ratio,
-        rounds.join(" ")
+        rounds.join(" "),
+        report.ratio_per_core
     );
     Ok(())
 }

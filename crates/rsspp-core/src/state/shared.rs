@@ -187,18 +187,23 @@ impl<H: FlowHandler> Worker for SharedWorker<H> {
         self.core
     }
 
-    fn receive<I>(&mut self, packets: I, now: u64, _out: &mut Outbox<H::State>)
+    fn receive<I>(&mut self, packets: I, now: u64, out: &mut Outbox<H::State>)
     where
         I: IntoIterator<Item = H::Packet>,
     {
+        let mut batch = std::mem::take(&mut self.batch);
+        batch.extend(packets);
+        self.receive_batch(&mut batch, now, out);
+        self.batch = batch;
+    }
+
+    fn receive_batch(&mut self, batch: &mut Vec<H::Packet>, now: u64, _out: &mut Outbox<H::State>) {
         let Self {
             table,
             handler,
             stats,
-            batch,
             ..
         } = self;
-        batch.extend(packets);
         if batch.len() > 1 {
             for packet in batch.iter() {
                 table.prefetch(packet.rss_hash());

@@ -113,6 +113,17 @@ pub trait Worker {
     where
         I: IntoIterator<Item = PacketOf<Self>>;
 
+    /// Like [`receive`](Self::receive), from a buffer that it empties (its
+    /// capacity stays, for the caller to refill): no copy of the batch.
+    fn receive_batch(
+        &mut self,
+        batch: &mut Vec<PacketOf<Self>>,
+        now: u64,
+        out: &mut Outbox<StateOf<Self>>,
+    ) {
+        self.receive(batch.drain(..), now, out);
+    }
+
     /// Applies the coordinator's command for one table rewrite. An invalid
     /// command is refused whole.
     fn command(
@@ -307,6 +318,57 @@ impl<H: FlowHandler> BucketWorker<H> {
         (self.handler, tables)
     }
 
+    /// Processes and empties `batch`.
+    fn run_batch(&mut self, batch: &mut Vec<H::Packet>, now: u64, out: &mut Outbox<H::State>) {
+        let size = self.slots.len();
+        // Start every entry's cache miss before processing the first packet,
+        // so that the misses overlap instead of queueing one after another.
+        if batch.len() > 1 {
+            for packet in batch.iter() {
+                let hash = packet.rss_hash();
+                if let Slot::Owned { table, .. } | Slot::Releasing { table, .. } =
+                    &self.slots[bucket_of(hash, size)]
+                {
+                    table.prefetch(hash);
+                }
+            }
+        }
+        for packet in batch.drain(..) {
+            self.stats.received += 1;
+            let bucket = bucket_of(packet.rss_hash(), size);
+            match &mut self.slots[bucket] {
+                Slot::Owned { table, .. } | Slot::Releasing { table, .. } => {
+                    process(table, &mut self.handler, &packet, now);
+                    self.stats.processed += 1;
+                }
+                Slot::Waiting {
+                    generation,
+                    pending,
+                } => {
+                    pending.push_back(packet);
+                    if let Some(g) = *generation {
+                        self.newest_arrival_seen = self.newest_arrival_seen.max(g);
+                    }
+                    self.pending += 1;
+                    self.stats.parked += 1;
+                }
+                slot @ Slot::Absent => {
+                    // Queued to this core, so the bucket is on its way here
+                    // even if the command has not arrived yet.
+                    *slot = Slot::Waiting {
+                        generation: None,
+                        pending: VecDeque::from([packet]),
+                    };
+                    self.waiting += 1;
+                    self.pending += 1;
+                    self.stats.parked += 1;
+                }
+            }
+        }
+        self.stats.peak_pending = self.stats.peak_pending.max(self.pending);
+        self.release_ready(out);
+    }
+
     fn saw_arrival(&mut self, generation: u64) {
         self.newest_arrival_seen = self.newest_arrival_seen.max(generation);
     }
@@ -412,56 +474,14 @@ impl<H: FlowHandler> Worker for BucketWorker<H> {
     where
         I: IntoIterator<Item = H::Packet>,
     {
-        let size = self.slots.len();
         let mut batch = std::mem::take(&mut self.batch);
         batch.extend(packets);
-        // Start every entry's cache miss before processing the first packet,
-        // so that the misses overlap instead of queueing one after another.
-        if batch.len() > 1 {
-            for packet in &batch {
-                let hash = packet.rss_hash();
-                if let Slot::Owned { table, .. } | Slot::Releasing { table, .. } =
-                    &self.slots[bucket_of(hash, size)]
-                {
-                    table.prefetch(hash);
-                }
-            }
-        }
-        for packet in batch.drain(..) {
-            self.stats.received += 1;
-            let bucket = bucket_of(packet.rss_hash(), size);
-            match &mut self.slots[bucket] {
-                Slot::Owned { table, .. } | Slot::Releasing { table, .. } => {
-                    process(table, &mut self.handler, &packet, now);
-                    self.stats.processed += 1;
-                }
-                Slot::Waiting {
-                    generation,
-                    pending,
-                } => {
-                    pending.push_back(packet);
-                    if let Some(g) = *generation {
-                        self.newest_arrival_seen = self.newest_arrival_seen.max(g);
-                    }
-                    self.pending += 1;
-                    self.stats.parked += 1;
-                }
-                slot @ Slot::Absent => {
-                    // Queued to this core, so the bucket is on its way here
-                    // even if the command has not arrived yet.
-                    *slot = Slot::Waiting {
-                        generation: None,
-                        pending: VecDeque::from([packet]),
-                    };
-                    self.waiting += 1;
-                    self.pending += 1;
-                    self.stats.parked += 1;
-                }
-            }
-        }
+        self.run_batch(&mut batch, now, out);
         self.batch = batch;
-        self.stats.peak_pending = self.stats.peak_pending.max(self.pending);
-        self.release_ready(out);
+    }
+
+    fn receive_batch(&mut self, batch: &mut Vec<H::Packet>, now: u64, out: &mut Outbox<H::State>) {
+        self.run_batch(batch, now, out);
     }
 
     fn command(
