@@ -137,6 +137,9 @@ fn bench(c: &mut Criterion) {
             at = (at + BATCH) & (ORDER - 1);
             now += 1;
             for p in batch {
+                table.prefetch_index(p.hash);
+            }
+            for p in batch {
                 table.prefetch(p.hash);
             }
             for p in batch {

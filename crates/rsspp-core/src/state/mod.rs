@@ -57,6 +57,7 @@
 //! ```
 
 pub mod check;
+mod index;
 pub mod migration;
 pub mod shared;
 pub mod table;

@@ -7,20 +7,21 @@
 //! Layout: the entries (key, hash, state, last-use time) live densely in a
 //! `Vec`; the links of the least-recently-used list live in a parallel
 //! compact `Vec` (8 bytes a flow), so that reordering the list does not pull
-//! whole entries into the cache; a SwissTable of `(hash, position)` words
-//! indexes the entries. The flow's Toeplitz hash, which the NIC has already
-//! computed, is reused as the index hash after a cheap mix: within a bucket
-//! its low bits are all equal (they *are* the bucket number), so it cannot
-//! be used raw. Because the index words carry the hash, a batch can locate
-//! its entries and [`FlowTable::prefetch`] them before processing, without
-//! touching an entry.
+//! whole entries into the cache; an open-addressing index of `(hash,
+//! position)` words locates them (`state::index`). The flow's Toeplitz hash,
+//! which the NIC has already computed, is reused as the index hash: no key is
+//! hashed again. Because the words carry the hash and their home slot is a
+//! function of the hash, a batch can prefetch its index words, then its
+//! entries, before processing ([`FlowTable::prefetch_index`],
+//! [`FlowTable::prefetch`]).
 //!
 //! The recency list serves both policies that need an "oldest" flow: idle
 //! expiry pops from its cold end while the flow there has been idle for the
 //! timeout, and a full table evicts from the same end.
 
-use hashbrown::HashTable;
 use serde::{Deserialize, Serialize};
+
+use crate::state::index::FlowIndex;
 
 use crate::flow::FlowKey;
 
@@ -128,22 +129,6 @@ struct Link {
     older: u32,
 }
 
-/// An index word: the flow's hash and its position in `entries`.
-#[inline]
-fn slot(hash: u32, position: usize) -> u64 {
-    (u64::from(hash) << 32) | position as u64
-}
-
-#[inline]
-fn slot_hash(slot: u64) -> u32 {
-    (slot >> 32) as u32
-}
-
-#[inline]
-fn slot_position(slot: u64) -> usize {
-    slot as u32 as usize
-}
-
 /// Asks the CPU to start loading the cache line at `p` (no effect off
 /// x86-64).
 #[inline(always)]
@@ -158,21 +143,11 @@ pub(crate) fn prefetch_line<T>(p: *const T) {
     let _ = p;
 }
 
-/// Spreads a 32-bit Toeplitz hash over 64 bits. The low bits of the input are
-/// the same for every flow of a bucket, and SwissTable takes its probe
-/// position from the low bits and its tag from the top 7: the multiply moves
-/// every input bit into the high half and the shift folds that back down.
-#[inline]
-fn mix(hash: u32) -> u64 {
-    let x = u64::from(hash).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    x ^ (x >> 29)
-}
-
 /// A flow table with a capacity limit and idle expiry; see the module docs.
 #[derive(Clone)]
 pub struct FlowTable<S> {
     config: TableConfig,
-    index: HashTable<u64>,
+    index: FlowIndex,
     entries: Vec<Entry<S>>,
     links: Vec<Link>,
     /// Most recently used entry, or `NIL`.
@@ -185,9 +160,9 @@ pub struct FlowTable<S> {
     stats: TableStats,
 }
 
-/// Hashes the stored flows and their recency order (not the index, which
-/// they determine), so that model checkers can recognise states they have
-/// already explored.
+/// Hashes the stored flows and their recency order (not the index, whose
+/// lookups they determine), so that model checkers can recognise states they
+/// have already explored.
 impl<S: std::hash::Hash> std::hash::Hash for FlowTable<S> {
     fn hash<Hs: std::hash::Hasher>(&self, state: &mut Hs) {
         self.config.hash(state);
@@ -215,7 +190,7 @@ impl<S> FlowTable<S> {
     pub fn new(config: TableConfig) -> Self {
         Self {
             config,
-            index: HashTable::new(),
+            index: FlowIndex::new(),
             entries: Vec::new(),
             links: Vec::new(),
             head: NIL,
@@ -248,11 +223,15 @@ impl<S> FlowTable<S> {
     #[inline]
     fn position(&self, key: &FlowKey, hash: u32) -> Option<usize> {
         let entries = &self.entries;
-        self.index
-            .find(mix(hash), |&w| {
-                slot_hash(w) == hash && entries[slot_position(w)].key == *key
-            })
-            .map(|&w| slot_position(w))
+        self.index.find(hash, |p| entries[p].key == *key)
+    }
+
+    /// Starts loading into the cache the index slot where the search for RSS
+    /// hash `hash` begins: first stage of a batch, before
+    /// [`prefetch`](Self::prefetch).
+    #[inline]
+    pub fn prefetch_index(&self, hash: u32) {
+        self.index.prefetch_home(hash);
     }
 
     /// Starts loading into the cache the entry of the flow with RSS hash
@@ -261,14 +240,12 @@ impl<S> FlowTable<S> {
     /// index.
     #[inline]
     pub fn prefetch(&self, hash: u32) {
-        if let Some(&w) = self.index.find(mix(hash), |&w| slot_hash(w) == hash) {
-            if let Some(e) = self.entries.get(slot_position(w)) {
-                // An entry may straddle two cache lines: load both.
-                let first = (e as *const Entry<S>).cast::<u8>();
-                prefetch_line(first);
-                prefetch_line(first.wrapping_add(std::mem::size_of::<Entry<S>>() - 1));
-                prefetch_line(&self.links[slot_position(w)]);
-            }
+        if let Some(p) = self.index.find(hash, |_| true) {
+            // An entry may straddle two cache lines: load both.
+            let first = (&self.entries[p] as *const Entry<S>).cast::<u8>();
+            prefetch_line(first);
+            prefetch_line(first.wrapping_add(std::mem::size_of::<Entry<S>>() - 1));
+            prefetch_line(&self.links[p]);
         }
     }
 
@@ -425,8 +402,7 @@ impl<S> FlowTable<S> {
             older: NIL,
         });
         self.link_head(i);
-        self.index
-            .insert_unique(mix(hash), slot(hash, i), |&w| mix(slot_hash(w)));
+        self.index.insert(hash, i);
         self.stats.inserted += 1;
         i
     }
@@ -473,22 +449,14 @@ impl<S> FlowTable<S> {
     fn remove_at(&mut self, i: usize) -> (FlowKey, S) {
         self.unlink(i);
         let hash = self.entries[i].hash;
-        if let Ok(found) = self.index.find_entry(mix(hash), |&w| w == slot(hash, i)) {
-            found.remove();
-        }
+        self.index.remove(hash, i);
         let last = self.entries.len() - 1;
         let removed = self.entries.swap_remove(i);
         self.links.swap_remove(i);
         if i != last {
             // The former last entry now lives at `i`: repoint its index word
             // and its list neighbours.
-            let moved_hash = self.entries[i].hash;
-            if let Some(w) = self
-                .index
-                .find_mut(mix(moved_hash), |&w| w == slot(moved_hash, last))
-            {
-                *w = slot(moved_hash, i);
-            }
+            self.index.repoint(self.entries[i].hash, last, i);
             let Link { newer, older } = self.links[i];
             if newer == NIL {
                 self.head = i as u32;

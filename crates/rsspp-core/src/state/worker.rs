@@ -321,9 +321,18 @@ impl<H: FlowHandler> BucketWorker<H> {
     /// Processes and empties `batch`.
     fn run_batch(&mut self, batch: &mut Vec<H::Packet>, now: u64, out: &mut Outbox<H::State>) {
         let size = self.slots.len();
-        // Start every entry's cache miss before processing the first packet,
-        // so that the misses overlap instead of queueing one after another.
+        // Start every index slot's, then every entry's cache miss before
+        // processing the first packet, so that the misses of the batch
+        // overlap instead of queueing one after another.
         if batch.len() > 1 {
+            for packet in batch.iter() {
+                let hash = packet.rss_hash();
+                if let Slot::Owned { table, .. } | Slot::Releasing { table, .. } =
+                    &self.slots[bucket_of(hash, size)]
+                {
+                    table.prefetch_index(hash);
+                }
+            }
             for packet in batch.iter() {
                 let hash = packet.rss_hash();
                 if let Slot::Owned { table, .. } | Slot::Releasing { table, .. } =
