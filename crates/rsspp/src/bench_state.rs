@@ -26,6 +26,7 @@
 //! wall time), packets processed out of order within their flow, flow states
 //! lost or duplicated (audited against what was sent), bucket moves.
 
+use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{mpsc, Arc};
 use std::time::Instant;
@@ -105,9 +106,12 @@ pub enum BenchStateError {
         /// The failures, joined.
         failures: String,
     },
-    /// Output could not be written.
+    /// The report could not be serialised.
+    #[error("cannot serialise the report: {0}")]
+    Json(#[from] serde_json::Error),
+    /// The report could not be written (a closed pipe included).
     #[error("cannot write the report: {0}")]
-    Output(#[from] serde_json::Error),
+    Io(#[from] std::io::Error),
 }
 
 /// Measurements of one variant.
@@ -730,11 +734,14 @@ fn run_shared(
 /// `rsspp bench state`: runs both variants and prints the summary or JSON.
 pub fn run(args: &BenchStateArgs) -> Result<(), BenchStateError> {
     let report = measure(args)?;
+    let mut out = std::io::stdout().lock();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        serde_json::to_writer_pretty(&mut out, &report)?;
+        writeln!(out)?;
         return Ok(());
     }
-    println!(
+    writeln!(
+        out,
         "{} workers, {} flows, {} buckets moved every {} ms, {:.1} s per variant in {} rounds",
         report.workers,
         report.flows,
@@ -742,16 +749,18 @@ pub fn run(args: &BenchStateArgs) -> Result<(), BenchStateError> {
         report.change_interval_ms,
         args.seconds,
         report.rounds
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "{:<14} {:>12} {:>14} {:>10} {:>12} {:>8} {:>8}",
         "", "packets/s", "per core-sec", "reordered", "lost states", "moves", "parked"
-    );
+    )?;
     for (name, v) in [
         ("per-bucket", &report.per_bucket),
         ("shared table", &report.shared),
     ] {
-        println!(
+        writeln!(
+            out,
             "{:<14} {:>12.0} {:>14.0} {:>10} {:>12} {:>8} {:>8}",
             name,
             v.pps,
@@ -760,19 +769,20 @@ pub fn run(args: &BenchStateArgs) -> Result<(), BenchStateError> {
             v.lost_states + v.duplicated_states,
             v.migrations,
             v.parked
-        );
+        )?;
     }
     let rounds: Vec<String> = report
         .round_ratios
         .iter()
         .map(|r| format!("{r:.2}"))
         .collect();
-    println!(
+    writeln!(
+        out,
         "per-bucket / shared: {:.2}x packets/s (median; rounds {}), {:.2}x per core-second",
         report.ratio,
         rounds.join(" "),
         report.ratio_per_core
-    );
+    )?;
     Ok(())
 }
 

@@ -569,8 +569,14 @@ mod tests {
             17,
         )
         .unwrap();
-        *t.get_or_insert_with(&v4(1), 42, 0, || 1).state().unwrap() += 0;
-        *t.get_or_insert_with(&six, 42, 0, || 2).state().unwrap() += 0;
+        assert!(matches!(
+            t.get_or_insert_with(&v4(1), 42, 0, || 1),
+            Access::Inserted(&mut 1)
+        ));
+        assert!(matches!(
+            t.get_or_insert_with(&six, 42, 0, || 2),
+            Access::Inserted(&mut 2)
+        ));
         assert_eq!(t.get(&v4(1), 42), Some(&1));
         assert_eq!(t.get(&six, 42), Some(&2));
         assert_eq!(t.get(&v4(2), 42), None);
