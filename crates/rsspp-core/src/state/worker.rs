@@ -346,7 +346,16 @@ impl<H: FlowHandler> BucketWorker<H> {
             self.stats.received += 1;
             let bucket = bucket_of(packet.rss_hash(), size);
             match &mut self.slots[bucket] {
-                Slot::Owned { table, .. } | Slot::Releasing { table, .. } => {
+                Slot::Owned { table, since } => {
+                    // A bucket that arrived with rewrite `since`: this packet
+                    // was queued under that rewrite or a later one (the
+                    // second release condition, for handoffs that beat
+                    // their bucket's first packet here).
+                    self.newest_arrival_seen = self.newest_arrival_seen.max(*since);
+                    process(table, &mut self.handler, &packet, now);
+                    self.stats.processed += 1;
+                }
+                Slot::Releasing { table, .. } => {
                     process(table, &mut self.handler, &packet, now);
                     self.stats.processed += 1;
                 }
@@ -768,6 +777,24 @@ mod tests {
         a.accept(h5, 3, &mut out).unwrap();
         assert_eq!(out.completed.len(), 2);
         assert!(a.is_settled() && b.is_settled());
+    }
+
+    #[test]
+    fn a_packet_of_a_bucket_already_taken_over_releases_too() {
+        let (mut coord, mut a, mut b) = setup();
+        let y = flows_in(5, 1)[0]; // core 1 → 0
+        let mut out = Outbox::default();
+        let cmds = coord
+            .apply(&plan(&[(4, 0, 1), (5, 1, 0)]), &[1_000, 0])
+            .unwrap();
+        deliver(cmds, &mut a, &mut b, &mut out);
+        // Core 0 takes bucket 5 over before any of its packets arrives.
+        let h5 = out.handoffs.pop().unwrap();
+        a.accept(h5, 1, &mut out).unwrap();
+        assert!(out.handoffs.is_empty());
+        a.receive([pkt(&y, 0, 0)], 2, &mut out);
+        let h4 = out.handoffs.pop().expect("second release condition");
+        assert_eq!(h4.bucket, 4);
     }
 
     #[test]
