@@ -8,6 +8,8 @@
 //!   atomic read-modify-write on the packet path.
 //! - [`balance`]: the RSS++ rebalancer (§3.1 of the paper) and CPU scaling (§3.2).
 //! - [`control`]: the control-loop policy (interval, back-off, migration plans).
+//! - [`state`]: per-bucket flow tables and the lock-free, order-preserving
+//!   migration of a bucket's state between cores (§3.3).
 
 #![warn(missing_docs)]
 
@@ -16,6 +18,7 @@ pub mod control;
 pub mod counters;
 pub mod flow;
 pub mod reta;
+pub mod state;
 pub mod toeplitz;
 
 pub use balance::{

@@ -83,6 +83,9 @@ pub enum CliError {
     /// A value out of its range.
     #[error("{0}")]
     Invalid(String),
+    /// The state benchmark failed.
+    #[error(transparent)]
+    BenchState(crate::bench_state::BenchStateError),
     /// Standard output was closed by the reader (e.g. `| head`): stop quietly.
     #[error("broken pipe")]
     BrokenPipe,
@@ -98,6 +101,15 @@ impl CliError {
                 path: "stdout".into(),
                 source,
             }
+        }
+    }
+}
+
+impl From<crate::bench_state::BenchStateError> for CliError {
+    fn from(e: crate::bench_state::BenchStateError) -> Self {
+        match e {
+            crate::bench_state::BenchStateError::Io(io) => CliError::output(io),
+            other => CliError::BenchState(other),
         }
     }
 }

@@ -22,6 +22,9 @@ enum BenchCommand {
     /// elephant buckets; 4–128 cores, 128–4096 buckets, average load
     /// 0.5–0.9), each fed back its own plans for up to three rounds.
     Balance(BenchBalanceArgs),
+    /// Per-bucket flow tables against one shared table, under table rewrites
+    /// (state migration, §3.3 and §5.6): packets per second, reordering, lost states.
+    State(crate::bench_state::BenchStateArgs),
 }
 
 /// Arguments of `rsspp bench balance`.
@@ -190,6 +193,7 @@ fn run_shape(cores: usize, buckets: usize, args: &BenchBalanceArgs) -> ShapeResu
 pub fn run(args: &BenchArgs) -> Result<(), CliError> {
     match &args.what {
         BenchCommand::Balance(a) => run_balance(a),
+        BenchCommand::State(a) => crate::bench_state::run(a).map_err(CliError::from),
     }
 }
 
