@@ -7,6 +7,7 @@
 //! counted per bucket on arrival (proportional to demand), and core loads
 //! capped at 1.0, since a saturated core cannot report more.
 
+use crate::balance::{BalanceOutcome, LoadReport};
 use crate::reta::IndirectionTable;
 
 /// A small, seedable generator (SplitMix64): deterministic across
@@ -130,6 +131,126 @@ pub fn measure(table: &IndirectionTable, demand: &[f64], cores: usize) -> Measur
 pub fn makespan_lower_bound(demand: &[f64], cores: usize) -> f64 {
     let total: f64 = demand.iter().sum();
     demand.iter().copied().fold(total / cores as f64, f64::max)
+}
+
+/// The table shapes of the quality matrix: 4–128 cores, 128–4096 buckets.
+pub const QUALITY_SHAPES: [(usize, usize); 8] = [
+    (4, 128),
+    (8, 128),
+    (8, 512),
+    (16, 512),
+    (16, 4096),
+    (32, 1024),
+    (64, 2048),
+    (128, 4096),
+];
+
+/// The average loads of the quality matrix.
+pub const QUALITY_LOADS: [f64; 3] = [0.5, 0.7, 0.9];
+
+/// The workload kinds of the quality matrix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Skew {
+    /// Zipf bucket loads, exponent 0.8.
+    ZipfMild,
+    /// Zipf bucket loads, exponent 1.1 (several buckets heavier than a core's share).
+    ZipfSteep,
+    /// Light buckets plus `1 + cores / 8` elephants carrying 30% of the demand.
+    Elephants,
+}
+
+impl Skew {
+    /// All kinds, in order.
+    pub const ALL: [Skew; 3] = [Skew::ZipfMild, Skew::ZipfSteep, Skew::Elephants];
+
+    /// The per-bucket demand of this kind.
+    pub fn demand(self, seed: u64, buckets: usize, cores: usize, average: f64) -> Vec<f64> {
+        match self {
+            Skew::ZipfMild => zipf(seed, buckets, cores, 0.8, average),
+            Skew::ZipfSteep => zipf(seed, buckets, cores, 1.1, average),
+            Skew::Elephants => elephants(seed, buckets, cores, 1 + cores / 8, 0.3, average),
+        }
+    }
+}
+
+/// How a workload ended after [`converge`].
+#[derive(Debug, Clone)]
+pub struct Convergence {
+    /// The final table.
+    pub table: IndirectionTable,
+    /// True per-core demand under the static `equal` table.
+    pub load_before: Vec<f64>,
+    /// True per-core demand under the final table.
+    pub load_after: Vec<f64>,
+    /// Rounds that moved buckets.
+    pub rounds: usize,
+    /// Buckets moved in all rounds.
+    pub moves: usize,
+    /// Buckets the last moving round isolated.
+    pub isolated: Vec<usize>,
+}
+
+impl Convergence {
+    /// The cores not holding an isolated elephant.
+    pub fn shared_cores(&self) -> Vec<usize> {
+        let elephant_cores: Vec<usize> = self
+            .isolated
+            .iter()
+            .map(|&b| self.table.core_of(b))
+            .collect();
+        (0..self.load_after.len())
+            .filter(|c| !elephant_cores.contains(c))
+            .collect()
+    }
+}
+
+/// (max − min) / mean of `loads` at the given cores (0 for an idle set).
+pub fn spread(loads: &[f64], cores: &[usize]) -> f64 {
+    let pick = || cores.iter().map(|&c| loads[c]);
+    let max = pick().fold(0.0, f64::max);
+    let min = pick().fold(f64::MAX, f64::min);
+    let mean = pick().sum::<f64>() / cores.len().max(1) as f64;
+    if mean > 0.0 {
+        (max - min) / mean
+    } else {
+        0.0
+    }
+}
+
+/// Starts from the static `equal` table and feeds `round` (a rebalancing
+/// round: the caller decides how, e.g. timing it) the measurements its own
+/// plans produce, until a round moves nothing or `max_rounds` have run.
+pub fn converge<F>(demand: &[f64], cores: usize, max_rounds: usize, mut round: F) -> Convergence
+where
+    F: FnMut(&LoadReport<'_>) -> BalanceOutcome,
+{
+    let mut table = IndirectionTable::equal(demand.len(), cores).expect("a valid table shape");
+    let load_before = measure(&table, demand, cores).true_load;
+    let (mut rounds, mut moves, mut isolated) = (0, 0, Vec::new());
+    for _ in 0..max_rounds {
+        let m = measure(&table, demand, cores);
+        let out = round(&LoadReport {
+            table: &table,
+            bucket_packets: &m.bucket_packets,
+            core_load: &m.core_load,
+        });
+        if out.plan.is_empty() {
+            break;
+        }
+        rounds += 1;
+        moves += out.plan.moves.len();
+        isolated = out.isolated_buckets;
+        table = out.table;
+    }
+    let load_after = measure(&table, demand, cores).true_load;
+    Convergence {
+        table,
+        load_before,
+        load_after,
+        rounds,
+        moves,
+        isolated,
+    }
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-use super::synthetic::{elephants, makespan_lower_bound, measure as measure_all, zipf};
+use super::synthetic::{self, makespan_lower_bound, measure as measure_all, zipf, Convergence};
 use super::*;
 use proptest::prelude::*;
 use rand::rngs::StdRng;
@@ -255,50 +255,15 @@ fn bad_input_is_rejected() {
     assert!(matches!(r, Err(BalanceError::BadConfig(_))));
 }
 
-/// Result of feeding the rebalancer its own plans for a few rounds.
-struct Converged {
-    makespan: f64,
-    optimum_bound: f64,
-    spread: f64,
-    moves: usize,
-    rounds: usize,
+/// Feeds the rebalancer its own plans for up to `max_rounds` rounds.
+fn converge(demand: &[f64], cores: usize, max_rounds: usize) -> Convergence {
+    synthetic::converge(demand, cores, max_rounds, |report| {
+        rebalance(report, &BalanceConfig::default()).unwrap()
+    })
 }
 
-/// Feeds the rebalancer the loads its own plans produce until it stops
-/// moving or `max_rounds` is reached.
-fn converge(demand: &[f64], cores: usize, max_rounds: usize) -> Converged {
-    let mut table = IndirectionTable::equal(demand.len(), cores).unwrap();
-    let config = BalanceConfig::default();
-    let (mut moves, mut rounds, mut isolated) = (0, 0, Vec::new());
-    for _ in 0..max_rounds {
-        let out = round(&table, demand, cores, &config);
-        if out.plan.is_empty() {
-            break;
-        }
-        rounds += 1;
-        moves += out.plan.moves.len();
-        isolated = out.isolated_buckets.clone();
-        table = out.table;
-    }
-    let load = true_loads(&table, demand, cores);
-    let makespan = load.iter().cloned().fold(0.0, f64::max);
-    let optimum_bound = makespan_lower_bound(demand, cores);
-    let elephant_cores: Vec<CoreId> = isolated.iter().map(|&b| table.core_of(b)).collect();
-    let rest: Vec<f64> = (0..cores)
-        .filter(|c| !elephant_cores.contains(c))
-        .map(|c| load[c])
-        .collect();
-    let mean = rest.iter().sum::<f64>() / rest.len() as f64;
-    let spread = (rest.iter().cloned().fold(0.0, f64::max)
-        - rest.iter().cloned().fold(f64::MAX, f64::min))
-        / mean;
-    Converged {
-        makespan,
-        optimum_bound,
-        spread,
-        moves,
-        rounds,
-    }
+fn makespan(c: &Convergence) -> f64 {
+    c.load_after.iter().copied().fold(0.0, f64::max)
 }
 
 /// The quality bar: within three rounds, the most loaded core within
@@ -307,53 +272,30 @@ fn converge(demand: &[f64], cores: usize, max_rounds: usize) -> Converged {
 #[test]
 fn quality_on_skewed_workloads() {
     let mut seed = 2019;
-    let shapes = [
-        (4, 128),
-        (8, 128),
-        (8, 512),
-        (16, 512),
-        (16, 4096),
-        (32, 1024),
-        (64, 2048),
-        (128, 4096),
-    ];
-    let mut worst_ratio: f64 = 1.0;
-    let mut worst_spread: f64 = 0.0;
-    let mut total_moves = 0usize;
-    let mut cases = 0usize;
-    for &(cores, buckets) in &shapes {
-        for average in [0.5, 0.7, 0.9] {
-            for kind in 0..3 {
+    let (mut worst_ratio, mut worst_spread, mut total_moves, mut cases) = (1.0f64, 0.0f64, 0, 0);
+    for (cores, buckets) in synthetic::QUALITY_SHAPES {
+        for average in synthetic::QUALITY_LOADS {
+            for kind in synthetic::Skew::ALL {
                 seed += 1;
-                let demand = match kind {
-                    0 => zipf(seed, buckets, cores, 0.8, average),
-                    1 => zipf(seed, buckets, cores, 1.1, average),
-                    _ => elephants(seed, buckets, cores, 1 + cores / 8, 0.3, average),
-                };
+                let demand = kind.demand(seed, buckets, cores, average);
                 let c = converge(&demand, cores, 3);
-                let ratio = c.makespan / c.optimum_bound;
+                let bound = makespan_lower_bound(&demand, cores);
+                let ratio = makespan(&c) / bound;
+                let spread = synthetic::spread(&c.load_after, &c.shared_cores());
+                let case = format!("{cores}×{buckets} avg {average} {kind:?}");
                 assert!(
                     ratio <= 1.01,
-                    "{cores}×{buckets} avg {average} kind {kind}: makespan {:.4} vs bound {:.4}",
-                    c.makespan,
-                    c.optimum_bound
+                    "{case}: makespan {:.4} vs bound {bound:.4}",
+                    makespan(&c)
                 );
-                assert!(
-                    c.spread <= 0.03,
-                    "{cores}×{buckets} avg {average} kind {kind}: spread {:.4}",
-                    c.spread
-                );
-                assert!(c.rounds <= 3);
+                assert!(spread <= 0.03, "{case}: spread {spread:.4}");
+                assert!(c.rounds <= 3, "{case}: {} rounds", c.rounds);
+                // Few moves: well under half the table even from the static table.
+                assert!(c.moves < buckets / 2, "{case}: {} moves", c.moves);
                 worst_ratio = worst_ratio.max(ratio);
-                worst_spread = worst_spread.max(c.spread);
+                worst_spread = worst_spread.max(spread);
                 total_moves += c.moves;
                 cases += 1;
-                // Few moves: well under half the table even from the static table.
-                assert!(
-                    c.moves < buckets / 2,
-                    "{cores}×{buckets}: {} moves",
-                    c.moves
-                );
             }
         }
     }
@@ -401,7 +343,7 @@ fn small_cases_against_the_exact_optimum() {
         let loaded: Vec<f64> = demand[..12].to_vec();
         let optimum = exact_makespan(&loaded, cores);
         let c = converge(&demand, cores, 3);
-        let ratio = c.makespan / optimum;
+        let ratio = makespan(&c) / optimum;
         assert!(ratio >= 1.0 - 1e-9, "beat the optimum? {ratio}");
         // List scheduling's guarantee is 4/3; local search must do at least that.
         assert!(ratio <= 4.0 / 3.0, "trial {trial}: {ratio}");

@@ -3,8 +3,8 @@
 use std::time::Instant;
 
 use clap::{Args, Subcommand};
-use rsspp_core::balance::synthetic::{self, makespan_lower_bound};
-use rsspp_core::{rebalance, BalanceConfig, IndirectionTable, LoadReport};
+use rsspp_core::balance::synthetic::{self, makespan_lower_bound, Skew};
+use rsspp_core::{rebalance, BalanceConfig, BalanceOutcome, LoadReport};
 use serde::Serialize;
 
 use crate::error::CliError;
@@ -65,51 +65,19 @@ struct ShapeResult {
     converged_round_us_median: f64,
 }
 
-const SHAPES: [(usize, usize); 8] = [
-    (4, 128),
-    (8, 128),
-    (8, 512),
-    (16, 512),
-    (16, 4096),
-    (32, 1024),
-    (64, 2048),
-    (128, 4096),
-];
-
-fn spread(loads: &[f64]) -> f64 {
-    let max = loads.iter().copied().fold(0.0, f64::max);
-    let min = loads.iter().copied().fold(f64::MAX, f64::min);
-    let mean = loads.iter().sum::<f64>() / loads.len() as f64;
-    if mean > 0.0 {
-        (max - min) / mean
-    } else {
-        0.0
-    }
-}
-
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }
 
-fn timed_round(
-    table: &IndirectionTable,
-    demand: &[f64],
-    cores: usize,
-    config: &BalanceConfig,
-) -> (rsspp_core::BalanceOutcome, f64) {
-    let m = synthetic::measure(table, demand, cores);
-    let report = LoadReport {
-        table,
-        bucket_packets: &m.bucket_packets,
-        core_load: &m.core_load,
-    };
-    // Best of three: the machine is shared and a single sample is noisy.
+/// One rebalancing round, timed: best of three, as the machine is shared
+/// and a single sample is noisy.
+fn timed_round(report: &LoadReport<'_>, config: &BalanceConfig) -> (BalanceOutcome, f64) {
     let mut best = f64::MAX;
     let mut outcome = None;
     for _ in 0..3 {
         let started = Instant::now();
-        let out = rebalance(&report, config).expect("synthetic input is valid");
+        let out = rebalance(report, config).expect("synthetic input is valid");
         best = best.min(started.elapsed().as_secs_f64() * 1e6);
         outcome = Some(out);
     }
@@ -133,49 +101,34 @@ fn run_shape(cores: usize, buckets: usize, args: &BenchBalanceArgs) -> ShapeResu
     };
     let (mut first, mut converged) = (Vec::new(), Vec::new());
     for seed in 0..args.seeds {
-        for average in [0.5, 0.7, 0.9] {
-            for kind in 0..3 {
-                let s = seed * 1000 + (average * 10.0) as u64 * 10 + kind;
-                let demand = match kind {
-                    0 => synthetic::zipf(s, buckets, cores, 0.8, average),
-                    1 => synthetic::zipf(s, buckets, cores, 1.1, average),
-                    _ => synthetic::elephants(s, buckets, cores, 1 + cores / 8, 0.3, average),
-                };
+        for average in synthetic::QUALITY_LOADS {
+            for (k, kind) in Skew::ALL.into_iter().enumerate() {
+                let s = seed * 1000 + (average * 10.0) as u64 * 10 + k as u64;
+                let demand = kind.demand(s, buckets, cores, average);
                 let bound = makespan_lower_bound(&demand, cores);
-                let mut table = IndirectionTable::equal(buckets, cores).expect("valid shape");
-                let before = synthetic::measure(&table, &demand, cores).true_load;
-                let (mut moves, mut rounds, mut isolated) = (0, 0, Vec::new());
-                for round in 0..args.rounds {
-                    let (out, us) = timed_round(&table, &demand, cores, &config);
+                let mut round = 0;
+                let c = synthetic::converge(&demand, cores, args.rounds, |report| {
+                    let (out, us) = timed_round(report, &config);
                     if round == 0 {
                         first.push(us);
                     }
                     if out.plan.is_empty() {
                         converged.push(us);
-                        break;
                     }
-                    rounds += 1;
-                    moves += out.plan.moves.len();
-                    isolated = out.isolated_buckets.clone();
-                    table = out.table;
-                }
-                let after = synthetic::measure(&table, &demand, cores).true_load;
-                let elephant_cores: Vec<usize> =
-                    isolated.iter().map(|&b| table.core_of(b)).collect();
-                let others = |l: &[f64]| -> Vec<f64> {
-                    (0..cores)
-                        .filter(|c| !elephant_cores.contains(c))
-                        .map(|c| l[c])
-                        .collect()
-                };
+                    round += 1;
+                    out
+                });
+                let shared = c.shared_cores();
                 let max = |l: &[f64]| l.iter().copied().fold(0.0, f64::max);
                 r.cases += 1;
-                r.static_makespan_ratio = r.static_makespan_ratio.max(max(&before) / bound);
-                r.makespan_ratio = r.makespan_ratio.max(max(&after) / bound);
-                r.static_spread = r.static_spread.max(spread(&others(&before)));
-                r.spread = r.spread.max(spread(&others(&after)));
-                r.moved_fraction += moves as f64 / buckets as f64;
-                r.max_rounds = r.max_rounds.max(rounds);
+                r.static_makespan_ratio = r.static_makespan_ratio.max(max(&c.load_before) / bound);
+                r.makespan_ratio = r.makespan_ratio.max(max(&c.load_after) / bound);
+                r.static_spread = r
+                    .static_spread
+                    .max(synthetic::spread(&c.load_before, &shared));
+                r.spread = r.spread.max(synthetic::spread(&c.load_after, &shared));
+                r.moved_fraction += c.moves as f64 / buckets as f64;
+                r.max_rounds = r.max_rounds.max(c.rounds);
             }
         }
     }
@@ -203,7 +156,7 @@ fn run_balance(args: &BenchBalanceArgs) -> Result<(), CliError> {
             "--seeds and --rounds must be at least 1".into(),
         ));
     }
-    let results: Vec<ShapeResult> = SHAPES
+    let results: Vec<ShapeResult> = synthetic::QUALITY_SHAPES
         .iter()
         .map(|&(c, b)| {
             tracing::info!(cores = c, buckets = b, "benchmarking");
