@@ -11,71 +11,54 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use rsspp_core::balance::synthetic;
 use rsspp_core::{rebalance, BalanceConfig, IndirectionTable, LoadReport};
 
+/// The measurements of one round.
 struct Input {
     table: IndirectionTable,
     packets: Vec<u64>,
     load: Vec<f64>,
 }
 
-fn skewed(cores: usize, buckets: usize, seed: u64) -> Input {
-    let demand = synthetic::zipf(seed, buckets, cores, 1.0, 0.7);
-    let table = IndirectionTable::equal(buckets, cores).unwrap();
-    let m = synthetic::measure(&table, &demand, cores);
-    Input {
-        packets: m.bucket_packets,
-        load: m.core_load,
-        table,
+impl Input {
+    /// The static `equal` table under Zipf(1.0) bucket loads at average 0.7.
+    fn skewed(cores: usize, buckets: usize, seed: u64) -> Self {
+        let demand = synthetic::zipf(seed, buckets, cores, 1.0, 0.7);
+        let table = IndirectionTable::equal(buckets, cores).unwrap();
+        let m = synthetic::measure(&table, &demand, cores);
+        Self {
+            packets: m.bucket_packets,
+            load: m.core_load,
+            table,
+        }
+    }
+
+    fn report(&self) -> LoadReport<'_> {
+        LoadReport {
+            table: &self.table,
+            bucket_packets: &self.packets,
+            core_load: &self.load,
+        }
     }
 }
 
 fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("rebalance");
+    let config = BalanceConfig::default();
     for (cores, buckets) in [(16, 512), (128, 4096)] {
-        let input = skewed(cores, buckets, 3);
-        let config = BalanceConfig::default();
-        g.bench_with_input(
-            BenchmarkId::new("skewed", format!("{cores}x{buckets}")),
-            &input,
-            |b, i| {
-                b.iter(|| {
-                    let report = LoadReport {
-                        table: &i.table,
-                        bucket_packets: &i.packets,
-                        core_load: &i.load,
-                    };
-                    black_box(rebalance(black_box(&report), &config).unwrap())
-                })
-            },
-        );
+        let skewed = Input::skewed(cores, buckets, 3);
         // The converged state: what a control loop pays every 100 ms once balanced.
-        let out = {
-            let report = LoadReport {
-                table: &input.table,
-                bucket_packets: &input.packets,
-                core_load: &input.load,
-            };
-            rebalance(&report, &config).unwrap()
-        };
-        let balanced_load: Vec<f64> = out.load_after.iter().map(|l| l.min(1.0)).collect();
+        let out = rebalance(&skewed.report(), &config).unwrap();
         let balanced = Input {
             table: out.table,
-            packets: input.packets.clone(),
-            load: balanced_load,
+            packets: skewed.packets.clone(),
+            load: out.load_after.iter().map(|l| l.min(1.0)).collect(),
         };
-        g.bench_with_input(
-            BenchmarkId::new("balanced", format!("{cores}x{buckets}")),
-            &balanced,
-            |b, i| {
-                b.iter(|| {
-                    let report = LoadReport {
-                        table: &i.table,
-                        bucket_packets: &i.packets,
-                        core_load: &i.load,
-                    };
-                    black_box(rebalance(black_box(&report), &config).unwrap())
-                })
-            },
-        );
+        for (name, input) in [("skewed", &skewed), ("balanced", &balanced)] {
+            g.bench_with_input(
+                BenchmarkId::new(name, format!("{cores}x{buckets}")),
+                input,
+                |b, i| b.iter(|| black_box(rebalance(black_box(&i.report()), &config).unwrap())),
+            );
+        }
     }
     g.finish();
 }
