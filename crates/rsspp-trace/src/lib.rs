@@ -5,7 +5,7 @@
 //! - [`read`]: streaming pcap/pcapng reader ([`TraceReader`]).
 //! - [`parse`]: frame parsing (Ethernet, 802.1Q/QinQ, IPv4, IPv6 with
 //!   extension headers, TCP, UDP, ICMP) into a [`PacketRecord`].
-//! - [`write`]: pcap writer with a snaplen ([`PcapWriter`]).
+//! - [`write`](mod@write): pcap writer with a snaplen ([`PcapWriter`]).
 //! - [`generate`]: the `campus`, `campus4`, `udp-flows` and `elephants`
 //!   presets ([`Generator`]).
 //! - [`stats`]: trace analysis ([`TraceStats`], [`TraceReport`]).
