@@ -8,6 +8,15 @@ fn rsspp() -> Command {
     Command::cargo_bin("rsspp").unwrap()
 }
 
+/// Bad input: exit code 1, nothing on stdout, `message` on stderr, no panic.
+fn fails_with_one_clear_line(cmd: &mut Command, message: &str) {
+    cmd.assert()
+        .failure()
+        .code(1)
+        .stdout("")
+        .stderr(predicate::str::contains(message).and(predicate::str::contains("panicked").not()));
+}
+
 fn stdout_of(cmd: &mut Command) -> String {
     let out = cmd.assert().success().get_output().stdout.clone();
     String::from_utf8(out).unwrap()
@@ -152,15 +161,7 @@ fn hash_rejects_bad_input_with_one_clear_line() {
         ),
     ];
     for (args, message) in cases {
-        rsspp()
-            .args(args)
-            .assert()
-            .failure()
-            .code(1)
-            .stdout("")
-            .stderr(
-                predicate::str::contains(message).and(predicate::str::contains("panicked").not()),
-            );
+        fails_with_one_clear_line(rsspp().args(args), message);
     }
     // The lines before the bad one are answered, then the error names the line.
     let first = stdout_of(rsspp().args(["hash", "1.1.1.1", "2.2.2.2", "1", "2"]));
@@ -331,16 +332,10 @@ fn balance_rejects_bad_input_with_one_clear_line() {
         ("{\"reta\": [0, 1,".to_string(), "stdin: invalid JSON input"),
     ];
     for (input, message) in cases {
-        rsspp()
-            .args(["balance", "--input", "-"])
-            .write_stdin(input.clone())
-            .assert()
-            .failure()
-            .code(1)
-            .stdout("")
-            .stderr(
-                predicate::str::contains(message).and(predicate::str::contains("panicked").not()),
-            );
+        fails_with_one_clear_line(
+            rsspp().args(["balance", "--input", "-"]).write_stdin(input),
+            message,
+        );
     }
     rsspp()
         .args(["balance", "--input", "/nonexistent/rsspp.json"])
