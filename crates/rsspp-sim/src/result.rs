@@ -1,0 +1,113 @@
+//! What a simulation run produces: the summary row of the comparison table,
+//! time series for the report, and the latency distribution.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// The comparison table's row for one policy.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PolicySummary {
+    /// Median over 1-second samples of (max − min) / min packets per queue,
+    /// in percent (the RSS++ paper's Figure 12 metric). Only cores that were
+    /// active during the whole sample count.
+    pub imbalance_median: f64,
+    /// Latency (queueing + service), microseconds, 50th percentile.
+    pub latency_p50_us: f64,
+    /// 95th percentile.
+    pub latency_p95_us: f64,
+    /// 99th percentile.
+    pub latency_p99_us: f64,
+    /// Packets dropped (full receive or software queue, full migration buffer).
+    pub drops: u64,
+    /// Packets that finished before an earlier packet of their flow.
+    pub reordered: u64,
+    /// State migrations: buckets (rsspp), flows (orss), flow groups and stolen
+    /// connections (affinity-accept), class splits (metron).
+    pub migrations: u64,
+    /// Average number of processing cores in use (a dispatching core counts).
+    pub avg_cores: f64,
+    /// Packets offered to the system.
+    pub packets: u64,
+    /// Packets processed to completion.
+    pub processed: u64,
+    /// Average load of the cores in use (busy / (busy + idle)).
+    pub avg_load: f64,
+    /// Average cycles spent per processed packet.
+    pub cycles_per_packet: f64,
+    /// Counters of the policy's own mechanisms (steals, buffered packets,
+    /// Reframer flushes, …), by name.
+    pub mechanisms: BTreeMap<String, u64>,
+}
+
+/// Per-interval series (one sample per control interval, 100 ms by default).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Timeline {
+    /// Length of one sample, milliseconds.
+    pub interval_ms: u32,
+    /// Busy fraction per core, `[sample][core]`; 0 for a core not in use.
+    pub load: Vec<Vec<f32>>,
+    /// Receive-queue length per core at the end of each sample, `[sample][core]`.
+    pub queue: Vec<Vec<u32>>,
+    /// Processing cores in use per sample.
+    pub active_cores: Vec<u16>,
+    /// Packets dropped per sample.
+    pub drops: Vec<u64>,
+    /// Packets offered per second during each sample.
+    pub offered_pps: Vec<f64>,
+}
+
+/// Everything one policy's run produced.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PolicyResult {
+    /// The policy's name (`rss`, `rsspp`, …; `+reframer` appended when the
+    /// Reframer stage ran in front of it).
+    pub name: String,
+    /// The table row.
+    pub summary: PolicySummary,
+    /// Time series.
+    pub timeline: Timeline,
+    /// The 1-second imbalance samples the median is taken over, percent.
+    pub imbalance_samples: Vec<f64>,
+    /// Latency CDF: `(microseconds, fraction of packets at or below)`, a few
+    /// hundred points, increasing in both.
+    pub latency_cdf: Vec<(f64, f64)>,
+}
+
+/// One point of a load sweep.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SweepPoint {
+    /// Policy name.
+    pub policy: String,
+    /// Requested average core load (the replay speed is set from it).
+    pub offered_load: f64,
+    /// Measured average load of the cores in use.
+    pub avg_load: f64,
+    /// Packets offered.
+    pub packets: u64,
+    /// Packets dropped.
+    pub drops: u64,
+    /// 95th-percentile latency, microseconds.
+    pub latency_p95_us: f64,
+}
+
+/// A whole comparison: the workload, the settings, and one result per policy.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Comparison {
+    /// Where the packets came from (`preset campus4`, a pcap path, …).
+    pub workload: String,
+    /// Processing cores simulated.
+    pub cores: usize,
+    /// Simulated seconds.
+    pub duration_s: f64,
+    /// Requested average core load.
+    pub target_load: f64,
+    /// Core clock, GHz.
+    pub clock_ghz: f64,
+    /// Seed of the run.
+    pub seed: u64,
+    /// One result per policy, in the order asked for.
+    pub policies: Vec<PolicyResult>,
+    /// Load sweep (empty unless asked for).
+    pub sweep: Vec<SweepPoint>,
+}
