@@ -1,9 +1,26 @@
 //! A discrete-event model of a multi-queue NIC and N run-to-completion cores,
 //! driven by packet traces, running the same policy code as the real data
 //! paths (`rsspp-core`).
+//!
+//! - [`workload`]: packets from a preset or a pcap, replayed at a speed or
+//!   along a rate profile, flows numbered and hashed once.
+//! - [`cost`]: what a packet costs a core, state caches and shared tables.
+//! - [`engine`]: queues, cores, time, measurements.
+//! - [`policy`]: the load-balancing methods compared.
+//! - [`metrics`]: latency histogram, reordering.
+//! - [`result`]: what a run produces.
 
 #![warn(missing_docs)]
 
+pub mod cost;
+pub mod engine;
+mod error;
+pub mod metrics;
+pub mod packet;
+pub mod policy;
 pub mod result;
+pub mod run;
+pub mod workload;
 
+pub use error::SimError;
 pub use result::{Comparison, PolicyResult, PolicySummary, SweepPoint, Timeline};

@@ -36,6 +36,9 @@ enum Command {
     Bench(cmd::bench::BenchArgs),
     /// Packet traces: generate synthetic pcaps, analyse captures.
     Trace(cmd::trace::TraceArgs),
+    /// Compare load-balancing methods (RSS, RSS++, Sprayer, software
+    /// dispatching, Metron, Affinity-Accept, oRSS) in the simulator.
+    Compare(cmd::compare::CompareArgs),
 }
 
 fn init_logging(verbose: u8) {
@@ -61,6 +64,7 @@ fn main() -> ExitCode {
         Command::Balance(args) => cmd::balance::run(args),
         Command::Bench(args) => cmd::bench::run(args),
         Command::Trace(args) => cmd::trace::run(args),
+        Command::Compare(args) => cmd::compare::run_compare(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

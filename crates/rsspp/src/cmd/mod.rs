@@ -2,6 +2,7 @@
 
 pub mod balance;
 pub mod bench;
+pub mod compare;
 pub mod demo;
 pub mod hash;
 pub mod trace;

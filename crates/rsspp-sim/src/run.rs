@@ -1,0 +1,131 @@
+//! Running policies over one workload: the workload is read (and
+//! generated) once, and every policy simulates it on its own thread.
+
+use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::Arc;
+use std::thread;
+
+use crate::engine::{Engine, EngineConfig};
+use crate::packet::SimPacket;
+use crate::policy::{self, Policy, PolicyConfig};
+use crate::result::PolicyResult;
+use crate::workload::{RateProfile, Workload, WorkloadConfig, WorkloadCounts};
+use crate::SimError;
+
+/// Everything a run needs.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    /// The packets.
+    pub workload: WorkloadConfig,
+    /// Engine and cost model.
+    pub engine: EngineConfig,
+    /// Settings shared by the policies.
+    pub policy: PolicyConfig,
+    /// Policy names, in report order.
+    pub policies: Vec<String>,
+}
+
+/// What the run read besides the results.
+#[derive(Debug, Clone, Default)]
+pub struct RunOutput {
+    /// One result per policy, in the order asked.
+    pub results: Vec<PolicyResult>,
+    /// The workload's counters.
+    pub workload: WorkloadCounts,
+}
+
+/// Windows of packets kept in flight between the reader and each policy.
+const IN_FLIGHT: usize = 4;
+
+/// Runs every policy of `config` over the workload. `progress` is called
+/// with the simulated seconds read so far.
+pub fn run(config: &RunConfig, mut progress: impl FnMut(f64)) -> Result<RunOutput, SimError> {
+    config
+        .engine
+        .cost
+        .validate()
+        .map_err(SimError::InvalidOption)?;
+    let policies: Vec<Box<dyn Policy>> = config
+        .policies
+        .iter()
+        .map(|name| policy::build(name, &config.policy))
+        .collect::<Result<_, _>>()?;
+    let mut workload = Workload::open(&config.workload)?;
+    let (results, counts) = thread::scope(|scope| {
+        let mut senders = Vec::new();
+        let mut handles = Vec::new();
+        for policy in policies {
+            let (tx, rx) = sync_channel::<Arc<Vec<SimPacket>>>(IN_FLIGHT);
+            senders.push(tx);
+            let engine_config = config.engine.clone();
+            handles.push(scope.spawn(move || simulate(policy, engine_config, rx)));
+        }
+        let mut read = || -> Result<(), SimError> {
+            loop {
+                let mut batch = Vec::new();
+                let more = workload.next_batch(&mut batch)?;
+                if let Some(last) = batch.last() {
+                    progress(last.arrival_ns as f64 / 1e9);
+                    let batch = Arc::new(batch);
+                    for tx in &senders {
+                        // A policy thread that panicked has hung up; its join
+                        // below reports it.
+                        let _ = tx.send(Arc::clone(&batch));
+                    }
+                }
+                if !more {
+                    return Ok(());
+                }
+            }
+        };
+        let read_result = read();
+        drop(senders);
+        let results: Vec<_> = handles
+            .into_iter()
+            .map(|h| h.join().expect("a policy thread panicked"))
+            .collect();
+        read_result.map(|()| (results, workload.counts()))
+    })?;
+    if counts.packets == 0 {
+        return Err(SimError::EmptyWorkload);
+    }
+    Ok(RunOutput {
+        results,
+        workload: counts,
+    })
+}
+
+fn simulate(
+    policy: Box<dyn Policy>,
+    config: EngineConfig,
+    batches: Receiver<Arc<Vec<SimPacket>>>,
+) -> PolicyResult {
+    let mut engine = Engine::new(policy, config);
+    for batch in batches {
+        engine.feed(&batch);
+    }
+    engine.finish()
+}
+
+/// The replay speed at which `config`'s workload keeps the processing cores
+/// at `target_load` on average: a one-second pilot at speed 1 under static
+/// RSS measures the packet rate and the cycles per packet.
+pub fn speed_for_load(config: &RunConfig, target_load: f64) -> Result<f64, SimError> {
+    if !(target_load.is_finite() && target_load > 0.0 && target_load <= 1.5) {
+        return Err(SimError::InvalidOption(format!(
+            "load must be in (0, 1.5], got {target_load}"
+        )));
+    }
+    let mut pilot = config.clone();
+    pilot.workload.duration_s = config.workload.duration_s.min(1.0);
+    pilot.workload.rate = RateProfile::constant(1.0)?;
+    pilot.policies = vec!["rss".into()];
+    pilot.policy.autoscale = false;
+    let out = run(&pilot, |_| {})?;
+    let r = &out.results[0];
+    let seconds = pilot.workload.duration_s;
+    let pps = r.summary.packets as f64 / seconds;
+    let cycles = r.summary.cycles_per_packet.max(1.0);
+    let capacity = config.policy.cores as f64 * config.engine.cost.clock_ghz * 1e9;
+    Ok(target_load * capacity / (pps * cycles))
+}
