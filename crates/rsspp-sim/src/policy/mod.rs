@@ -10,6 +10,7 @@ use crate::engine::{Cpu, Queues, System};
 use crate::packet::{Ns, SimPacket};
 
 pub mod rss;
+pub mod rsspp;
 pub mod sprayer;
 
 /// The cores and queues a policy needs.
@@ -140,12 +141,17 @@ pub trait Policy: Send {
 }
 
 /// The names `rsspp compare --policies` accepts, in the order of the report.
-pub const POLICY_NAMES: &[&str] = &["rss", "sprayer"];
+pub const POLICY_NAMES: &[&str] = &["rss", "rsspp", "sprayer"];
 
 /// Builds the policy called `name`.
 pub fn build(name: &str, config: &PolicyConfig) -> Result<Box<dyn Policy>, crate::SimError> {
     let policy: Box<dyn Policy> = match name {
         "rss" => Box::new(rss::Rss::new(config)?),
+        "rsspp" => Box::new(rsspp::RssPlusPlus::new(config)?),
+        "rsspp-autoscale" => Box::new(rsspp::RssPlusPlus::new(&PolicyConfig {
+            autoscale: true,
+            ..config.clone()
+        })?),
         "sprayer" => Box::new(sprayer::Sprayer::new(config)),
         _ => {
             return Err(crate::SimError::UnknownPolicy {
