@@ -34,22 +34,31 @@ pub struct RunOutput {
     pub workload: WorkloadCounts,
 }
 
+impl RunConfig {
+    /// Checks the cost model and builds every policy once, so that a bad
+    /// name or setting is refused before anything runs.
+    pub fn validate(&self) -> Result<Vec<Box<dyn Policy>>, SimError> {
+        self.engine
+            .cost
+            .validate()
+            .map_err(SimError::InvalidOption)?;
+        if self.policies.is_empty() {
+            return Err(SimError::InvalidOption("no policy to run".into()));
+        }
+        self.policies
+            .iter()
+            .map(|name| policy::build(name, &self.policy))
+            .collect()
+    }
+}
+
 /// Windows of packets kept in flight between the reader and each policy.
 const IN_FLIGHT: usize = 4;
 
 /// Runs every policy of `config` over the workload. `progress` is called
 /// with the simulated seconds read so far.
 pub fn run(config: &RunConfig, mut progress: impl FnMut(f64)) -> Result<RunOutput, SimError> {
-    config
-        .engine
-        .cost
-        .validate()
-        .map_err(SimError::InvalidOption)?;
-    let policies: Vec<Box<dyn Policy>> = config
-        .policies
-        .iter()
-        .map(|name| policy::build(name, &config.policy))
-        .collect::<Result<_, _>>()?;
+    let policies = config.validate()?;
     let mut workload = Workload::open(&config.workload)?;
     let (results, counts) = thread::scope(|scope| {
         let mut senders = Vec::new();
@@ -116,6 +125,7 @@ pub fn speed_for_load(config: &RunConfig, target_load: f64) -> Result<f64, SimEr
             "load must be in (0, 1.5], got {target_load}"
         )));
     }
+    config.validate()?;
     let mut pilot = config.clone();
     pilot.workload.duration_s = config.workload.duration_s.min(1.0);
     pilot.workload.rate = RateProfile::constant(1.0)?;

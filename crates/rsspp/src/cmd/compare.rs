@@ -85,10 +85,15 @@ pub struct CompareArgs {
     )]
     load: f64,
     /// Replay speed (1 = the trace's own timing) instead of --load.
-    #[arg(long, value_name = "X")]
+    #[arg(long, value_name = "X", allow_negative_numbers = true)]
     speed: Option<f64>,
     /// Simulated seconds.
-    #[arg(long, default_value_t = 10.0, value_name = "S")]
+    #[arg(
+        long,
+        default_value_t = 10.0,
+        value_name = "S",
+        allow_negative_numbers = true
+    )]
     duration: f64,
     /// Seed of the workload and of the policies' random choices.
     #[arg(long, default_value_t = 1, value_name = "N")]
@@ -97,7 +102,12 @@ pub struct CompareArgs {
     #[arg(long, default_value_t = 600, value_name = "W")]
     work: u32,
     /// Per-flow service-time skew (log-normal σ; 0: every flow alike).
-    #[arg(long, default_value_t = 0.0, value_name = "SIGMA")]
+    #[arg(
+        long,
+        default_value_t = 0.0,
+        value_name = "SIGMA",
+        allow_negative_numbers = true
+    )]
     work_skew: f64,
     /// Per-flow state the network function keeps.
     #[arg(long, value_enum, default_value = "write")]
@@ -106,7 +116,12 @@ pub struct CompareArgs {
     #[arg(long, value_enum, default_value = "per-bucket")]
     state_table: TableArg,
     /// Core clock, GHz.
-    #[arg(long, default_value_t = 2.3, value_name = "GHZ")]
+    #[arg(
+        long,
+        default_value_t = 2.3,
+        value_name = "GHZ",
+        allow_negative_numbers = true
+    )]
     clock_ghz: f64,
     /// Descriptors per receive queue.
     #[arg(long, default_value_t = 4096, value_name = "N")]
@@ -120,6 +135,9 @@ pub struct CompareArgs {
     /// Print the comparison as JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// Write no HTML report.
+    #[arg(long)]
+    no_report: bool,
 }
 
 fn sim_error(e: SimError) -> CliError {

@@ -1,0 +1,119 @@
+//! `rsspp compare` on real binaries: its inputs (a pcap from `rsspp trace
+//! gen`, the options) and its refusals.
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+use serde_json::Value;
+
+fn rsspp() -> Command {
+    Command::cargo_bin("rsspp").unwrap()
+}
+
+/// Bad input: exit code 1, nothing on stdout, `message` on stderr, no panic.
+fn refused(args: &[&str], message: &str) {
+    rsspp()
+        .arg("compare")
+        .args(args)
+        .args(["--no-report"])
+        .assert()
+        .failure()
+        .code(1)
+        .stdout("")
+        .stderr(predicate::str::contains(message).and(predicate::str::contains("panicked").not()));
+}
+
+#[test]
+fn a_pcap_replays_through_every_named_policy() {
+    let dir = tempdir();
+    let pcap = dir.join("elephants.pcap");
+    rsspp()
+        .args(["trace", "gen", "--preset", "elephants", "--duration", "1"])
+        .args(["-o", pcap.to_str().unwrap()])
+        .assert()
+        .success();
+    let out = rsspp()
+        .args(["compare", "--trace", pcap.to_str().unwrap()])
+        .args(["--policies", "rss,rsspp", "--cores", "4", "--duration", "1"])
+        .args(["--load", "0.7", "--json", "--no-report"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["cores"], 4);
+    assert!(v["workload"].as_str().unwrap().ends_with("elephants.pcap"));
+    let policies = v["policies"].as_array().unwrap();
+    let names: Vec<&str> = policies
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["rss", "rsspp"]);
+    for p in policies {
+        let s = &p["summary"];
+        assert!(s["packets"].as_u64().unwrap() > 100_000);
+        assert_eq!(
+            s["processed"].as_u64().unwrap() + s["drops"].as_u64().unwrap(),
+            s["packets"].as_u64().unwrap()
+        );
+        assert_eq!(s["reordered"], 0);
+        let load = s["avg_load"].as_f64().unwrap();
+        assert!((0.55..0.85).contains(&load), "load {load}");
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn the_table_names_every_policy() {
+    rsspp()
+        .args(["compare", "--policies", "rss,sprayer", "--duration", "0.5"])
+        .args(["--preset", "campus", "--cores", "2", "--no-report"])
+        .assert()
+        .success()
+        .stdout(
+            predicate::str::contains("rss ")
+                .and(predicate::str::contains("sprayer"))
+                .and(predicate::str::contains("imbalance")),
+        );
+}
+
+#[test]
+fn bad_options_are_refused_with_a_clear_message() {
+    refused(&["--policies", "rss,magic"], "unknown policy 'magic'");
+    refused(&["--policies", ""], "at least one");
+    refused(&["--cores", "0"], "--cores must be between 1 and 64");
+    refused(&["--load", "0"], "load must be in (0, 1.5]");
+    refused(&["--load", "nan"], "load must be in (0, 1.5]");
+    refused(&["--speed", "-2"], "replay speed must be a positive number");
+    refused(&["--duration", "0"], "duration must be between 0 and 86400");
+    refused(&["--queue-size", "0"], "--queue-size must be at least 1");
+    refused(&["--reta-size", "100"], "power of two");
+    refused(&["--clock-ghz", "0"], "clock must be in (0, 10]");
+    refused(&["--work-skew", "9"], "work skew must be in [0, 4]");
+    refused(
+        &["--trace", "/nonexistent/x.pcap"],
+        "cannot open /nonexistent/x.pcap",
+    );
+}
+
+#[test]
+fn a_file_that_is_not_a_capture_is_refused() {
+    let dir = tempdir();
+    let bogus = dir.join("notes.pcap");
+    std::fs::write(&bogus, b"this is not a capture, just text\n").unwrap();
+    refused(&["--trace", bogus.to_str().unwrap()], "notes.pcap");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+fn tempdir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "rsspp-compare-test-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
