@@ -132,6 +132,26 @@ pub struct CompareArgs {
     /// Let the policies that can scale add and remove cores.
     #[arg(long)]
     autoscale: bool,
+    /// Target average load of the scaling policies.
+    #[arg(
+        long,
+        default_value_t = 0.8,
+        value_name = "X",
+        allow_negative_numbers = true
+    )]
+    target_load: f64,
+    /// Control interval of the dynamic policies (RSS++ rounds), milliseconds.
+    #[arg(long, default_value_t = 100, value_name = "MS")]
+    interval_ms: u64,
+    /// Delay before a rewritten indirection table takes effect in the NIC,
+    /// microseconds (about 20 on Intel NICs).
+    #[arg(
+        long,
+        default_value_t = 20.0,
+        value_name = "US",
+        allow_negative_numbers = true
+    )]
+    table_update_us: f64,
     /// Print the comparison as JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -189,9 +209,29 @@ pub fn run_compare(args: &CompareArgs) -> Result<(), CliError> {
             TableArg::Shared => StateTable::Shared,
         },
         autoscale: args.autoscale,
+        target_load: args.target_load,
+        interval_ns: args.interval_ms * 1_000_000,
+        table_update_ns: (args.table_update_us * 1000.0) as u64,
         seed: args.seed,
-        ..PolicyConfig::default()
     };
+    if !(args.target_load.is_finite() && args.target_load > 0.0 && args.target_load <= 1.0) {
+        return Err(CliError::Invalid(format!(
+            "--target-load must be in (0, 1], got {}",
+            args.target_load
+        )));
+    }
+    if !(1..=10_000).contains(&args.interval_ms) {
+        return Err(CliError::Invalid(format!(
+            "--interval-ms must be between 1 and 10000, got {}",
+            args.interval_ms
+        )));
+    }
+    if !(args.table_update_us.is_finite() && (0.0..=1e6).contains(&args.table_update_us)) {
+        return Err(CliError::Invalid(format!(
+            "--table-update-us must be between 0 and 1000000, got {}",
+            args.table_update_us
+        )));
+    }
     if args.queue_size == 0 {
         return Err(CliError::Invalid("--queue-size must be at least 1".into()));
     }
