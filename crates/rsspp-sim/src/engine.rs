@@ -204,6 +204,11 @@ struct Shared {
     reorder: ReorderTracker,
     processed: u64,
     policy_drops: u64,
+    /// Per core: the flow of the last packet it processed (spatial
+    /// locality at the cores).
+    last_flow: Vec<u32>,
+    /// Runs of consecutive packets of one flow, over all cores.
+    runs: u64,
 }
 
 impl Shared {
@@ -234,6 +239,10 @@ impl Shared {
         self.latency.record(at.saturating_sub(p.arrival_ns));
         self.reorder.finish(p.flow, p.seq);
         self.processed += 1;
+        if self.last_flow[core] != p.flow {
+            self.last_flow[core] = p.flow;
+            self.runs += 1;
+        }
         let c = &mut self.cores[core];
         c.done_sample += 1;
         c.done_second += 1;
@@ -403,6 +412,7 @@ impl Engine {
             ..Timeline::default()
         };
         let next_sample = config.sample_ns;
+        let last_flow = vec![u32::MAX; topology.cores];
         Self {
             policy,
             sh: Shared {
@@ -416,6 +426,8 @@ impl Engine {
                 reorder: ReorderTracker::default(),
                 processed: 0,
                 policy_drops: 0,
+                last_flow,
+                runs: 0,
                 config,
             },
             timeline,
@@ -640,6 +652,13 @@ impl Engine {
         mechanisms.insert("state_misses".into(), access.misses);
         mechanisms.insert("state_remote".into(), access.remote);
         mechanisms.insert("lock_wait_us".into(), access.lock_wait_ns / 1000);
+        // Spatial locality factor at the cores (Reframer's SLF, seed 002
+        // §2.1): the mean run of packets of one flow a core processes back
+        // to back, × 1000.
+        let runs = self.sh.runs;
+        if let Some(slf) = (processed * 1000 + runs / 2).checked_div(runs) {
+            mechanisms.insert("slf_x1000".into(), slf);
+        }
         let mut sorted = self.imbalance.clone();
         sorted.sort_by(f64::total_cmp);
         let imbalance_median = if sorted.is_empty() {

@@ -7,6 +7,8 @@
 //! - [`cost`]: what a packet costs a core, state caches and shared tables.
 //! - [`engine`]: queues, cores, time, measurements.
 //! - [`policy`]: the load-balancing methods compared.
+//! - [`reframer`]: the Reframer stage in front of the NIC (per-flow
+//!   batching), combinable with any policy.
 //! - [`metrics`]: latency histogram, reordering.
 //! - [`result`]: what a run produces.
 
@@ -18,6 +20,7 @@ mod error;
 pub mod metrics;
 pub mod packet;
 pub mod policy;
+pub mod reframer;
 pub mod result;
 pub mod run;
 pub mod workload;

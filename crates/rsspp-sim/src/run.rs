@@ -8,6 +8,7 @@ use std::thread;
 use crate::engine::{Engine, EngineConfig};
 use crate::packet::SimPacket;
 use crate::policy::{self, Policy, PolicyConfig};
+use crate::reframer::{ReframerConfig, ReframerStage};
 use crate::result::PolicyResult;
 use crate::workload::{RateProfile, Workload, WorkloadConfig, WorkloadCounts};
 use crate::SimError;
@@ -23,6 +24,9 @@ pub struct RunConfig {
     pub policy: PolicyConfig,
     /// Policy names, in report order.
     pub policies: Vec<String>,
+    /// A Reframer stage in front of the NIC, for every policy (their names
+    /// get `+reframer`, their `mechanisms` the stage's counters).
+    pub reframer: Option<ReframerConfig>,
 }
 
 /// What the run read besides the results.
@@ -59,8 +63,11 @@ const IN_FLIGHT: usize = 4;
 /// with the simulated seconds read so far.
 pub fn run(config: &RunConfig, mut progress: impl FnMut(f64)) -> Result<RunOutput, SimError> {
     let policies = config.validate()?;
+    // The stage runs once, in the reading thread: every policy sees the
+    // same reframed stream, as behind one Reframer server.
+    let mut stage = config.reframer.map(ReframerStage::new).transpose()?;
     let mut workload = Workload::open(&config.workload)?;
-    let (results, counts) = thread::scope(|scope| {
+    let (mut results, counts) = thread::scope(|scope| {
         let mut senders = Vec::new();
         let mut handles = Vec::new();
         for policy in policies {
@@ -75,6 +82,17 @@ pub fn run(config: &RunConfig, mut progress: impl FnMut(f64)) -> Result<RunOutpu
                 let more = workload.next_batch(&mut batch)?;
                 if let Some(last) = batch.last() {
                     progress(last.arrival_ns as f64 / 1e9);
+                }
+                if let Some(stage) = stage.as_mut() {
+                    // What the stage still holds at the window's end waits
+                    // for the next window.
+                    let mut out = stage.window(&batch);
+                    if !more {
+                        out.extend(stage.finish());
+                    }
+                    batch = out;
+                }
+                if !batch.is_empty() {
                     let batch = Arc::new(batch);
                     for tx in &senders {
                         // A policy thread that panicked has hung up; its join
@@ -98,6 +116,13 @@ pub fn run(config: &RunConfig, mut progress: impl FnMut(f64)) -> Result<RunOutpu
     if counts.packets == 0 {
         return Err(SimError::EmptyWorkload);
     }
+    if let Some(stage) = &stage {
+        let mechanisms = stage.counts().mechanisms();
+        for r in &mut results {
+            r.name.push_str("+reframer");
+            r.summary.mechanisms.extend(mechanisms.clone());
+        }
+    }
     Ok(RunOutput {
         results,
         workload: counts,
@@ -118,7 +143,8 @@ fn simulate(
 
 /// The replay speed at which `config`'s workload keeps the processing cores
 /// at `target_load` on average: a one-second pilot at speed 1 under static
-/// RSS measures the packet rate and the cycles per packet.
+/// RSS (without any Reframer) measures the packet rate and the cycles per
+/// packet.
 pub fn speed_for_load(config: &RunConfig, target_load: f64) -> Result<f64, SimError> {
     if !(target_load.is_finite() && target_load > 0.0 && target_load <= 1.5) {
         return Err(SimError::InvalidOption(format!(
@@ -131,6 +157,9 @@ pub fn speed_for_load(config: &RunConfig, target_load: f64) -> Result<f64, SimEr
     pilot.workload.rate = RateProfile::constant(1.0)?;
     pilot.policies = vec!["rss".into()];
     pilot.policy.autoscale = false;
+    // The load is the offered traffic's, measured without a Reframer: a
+    // run with one then faces the same packets, at the same speed.
+    pilot.reframer = None;
     let out = run(&pilot, |_| {})?;
     let r = &out.results[0];
     let seconds = pilot.workload.duration_s;

@@ -20,6 +20,7 @@ pub fn config(source: TraceSource, cores: usize, duration_s: f64, policies: &[&s
             ..PolicyConfig::default()
         },
         policies: policies.iter().map(|s| s.to_string()).collect(),
+        reframer: None,
     }
 }
 

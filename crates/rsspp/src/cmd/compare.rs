@@ -9,6 +9,7 @@ use clap::{Args, ValueEnum};
 use rsspp_sim::cost::{StateAccess, StateTable};
 use rsspp_sim::engine::EngineConfig;
 use rsspp_sim::policy::{PolicyConfig, POLICY_NAMES};
+use rsspp_sim::reframer::{ReframerConfig, BUFFER_US_RANGE};
 use rsspp_sim::run::{run, speed_for_load, RunConfig};
 use rsspp_sim::workload::{RateProfile, TraceSource, WorkloadConfig};
 use rsspp_sim::{Comparison, SimError};
@@ -59,6 +60,7 @@ enum TableArg {
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:\n  rsspp compare\n  \
 rsspp compare --policies rss,rsspp --load 0.9 --duration 5\n  \
+rsspp compare --policies rss --reframer 64 --cache-flows 16\n  \
 rsspp compare --trace capture.pcap --cores 4 --json > result.json")]
 pub struct CompareArgs {
     /// Replay this pcap/pcapng instead of a preset.
@@ -152,6 +154,14 @@ pub struct CompareArgs {
         allow_negative_numbers = true
     )]
     table_update_us: f64,
+    /// Put a Reframer in front of the NIC, buffering each flow's packets up
+    /// to BUFFER_US µs (1–10000) to rebuild per-flow bursts.
+    #[arg(long, value_name = "BUFFER_US")]
+    reframer: Option<u64>,
+    /// Flow states each core keeps cached (a power of two; small values
+    /// model an L1-sized working set, where packet locality matters most).
+    #[arg(long, default_value_t = 512, value_name = "N")]
+    cache_flows: u32,
     /// Print the comparison as JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -196,6 +206,26 @@ pub fn run_compare(args: &CompareArgs) -> Result<(), CliError> {
     engine.cost.clock_ghz = args.clock_ghz;
     engine.cost.work = args.work;
     engine.cost.work_skew = args.work_skew;
+    if !(args.cache_flows.is_power_of_two() && args.cache_flows <= 1 << 20) {
+        return Err(CliError::Invalid(format!(
+            "--cache-flows must be a power of two between 1 and 1048576, got {}",
+            args.cache_flows
+        )));
+    }
+    engine.cost.cache_flows = args.cache_flows;
+    let reframer = match args.reframer {
+        None => None,
+        Some(us) if BUFFER_US_RANGE.contains(&us) => {
+            Some(ReframerConfig::new(us).map_err(sim_error)?)
+        }
+        Some(us) => {
+            return Err(CliError::Invalid(format!(
+                "--reframer must be between {} and {} µs, got {us}",
+                BUFFER_US_RANGE.start(),
+                BUFFER_US_RANGE.end()
+            )))
+        }
+    };
     engine.cost.state = match args.state {
         StateArg::None => StateAccess::None,
         StateArg::Write => StateAccess::Write,
@@ -240,6 +270,7 @@ pub fn run_compare(args: &CompareArgs) -> Result<(), CliError> {
         engine,
         policy,
         policies: policies.clone(),
+        reframer,
     };
     let started = Instant::now();
     let show_progress = std::io::stderr().is_terminal();
