@@ -9,6 +9,7 @@
 //! - [`policy`]: the load-balancing methods compared.
 //! - [`metrics`]: latency histogram, reordering.
 //! - [`result`]: what a run produces.
+//! - [`report`]: the comparison as a self-contained HTML page.
 
 #![warn(missing_docs)]
 
@@ -18,6 +19,7 @@ mod error;
 pub mod metrics;
 pub mod packet;
 pub mod policy;
+pub mod report;
 pub mod result;
 pub mod run;
 pub mod workload;
