@@ -574,6 +574,7 @@ impl Engine {
         let workers = self.sh.topology.workers;
         let mut load = Vec::with_capacity(cores);
         let mut queue = Vec::with_capacity(cores);
+        let mut in_use = Vec::with_capacity(cores);
         let mut active = 0u16;
         for core in 0..cores {
             let busy = self.sh.cores[core].busy_at(t);
@@ -581,6 +582,7 @@ impl Engine {
             let in_sample = busy - c.busy_at_sample;
             c.busy_at_sample = busy;
             let is_active = core >= workers || self.policy.is_active(core);
+            in_use.push(is_active);
             if is_active {
                 active += 1;
             } else {
@@ -600,6 +602,7 @@ impl Engine {
         self.timeline.load.push(load);
         self.timeline.queue.push(queue);
         self.timeline.active_cores.push(active);
+        self.timeline.active.push(in_use);
         self.timeline.drops.push(drops - self.drops_at_sample);
         self.timeline
             .offered_pps

@@ -11,6 +11,7 @@
 //!   batching), combinable with any policy.
 //! - [`metrics`]: latency histogram, reordering.
 //! - [`result`]: what a run produces.
+//! - [`report`]: the comparison as a self-contained HTML page.
 
 #![warn(missing_docs)]
 
@@ -21,6 +22,7 @@ pub mod metrics;
 pub mod packet;
 pub mod policy;
 pub mod reframer;
+pub mod report;
 pub mod result;
 pub mod run;
 pub mod workload;

@@ -51,6 +51,12 @@ pub struct Timeline {
     pub queue: Vec<Vec<u32>>,
     /// Processing cores in use per sample.
     pub active_cores: Vec<u16>,
+    /// Whether each core was in use, `[sample][core]` (dispatching cores
+    /// always are): tells an idle core in use from one a scaling policy
+    /// switched off, which both have load 0. Empty in results written
+    /// before it existed, meaning every core was in use.
+    #[serde(default)]
+    pub active: Vec<Vec<bool>>,
     /// Packets dropped per sample.
     pub drops: Vec<u64>,
     /// Packets offered per second during each sample.

@@ -2,7 +2,7 @@
 //! workload, in the simulator.
 
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clap::{Args, ValueEnum};
@@ -12,10 +12,15 @@ use rsspp_sim::policy::{PolicyConfig, POLICY_NAMES};
 use rsspp_sim::reframer::{ReframerConfig, BUFFER_US_RANGE};
 use rsspp_sim::run::{run, speed_for_load, RunConfig};
 use rsspp_sim::workload::{RateProfile, TraceSource, WorkloadConfig};
-use rsspp_sim::{Comparison, SimError};
+use rsspp_sim::{report, Comparison, SimError, SweepPoint};
 use rsspp_trace::Preset;
 
+use crate::atomic;
 use crate::error::CliError;
+
+/// Requested loads of the `--sweep` curves: from comfortable to saturated,
+/// denser where drops and latency take off.
+const SWEEP_LOADS: [f64; 7] = [0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0];
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum PresetName {
@@ -61,7 +66,10 @@ enum TableArg {
 #[command(after_help = "Examples:\n  rsspp compare\n  \
 rsspp compare --policies rss,rsspp --load 0.9 --duration 5\n  \
 rsspp compare --policies rss --reframer 64 --cache-flows 16\n  \
-rsspp compare --trace capture.pcap --cores 4 --json > result.json")]
+rsspp compare --trace capture.pcap --cores 4 --json > result.json\n  \
+rsspp compare --policies rss,sprayer --sweep --out sweep.html\n\n\
+The HTML report (per-core load heatmaps, imbalance, latency CDF, drops, cores in use) is\n\
+self-contained: it opens offline in any browser.")]
 pub struct CompareArgs {
     /// Replay this pcap/pcapng instead of a preset.
     #[arg(long, value_name = "FILE", conflicts_with = "preset")]
@@ -162,11 +170,20 @@ pub struct CompareArgs {
     /// model an L1-sized working set, where packet locality matters most).
     #[arg(long, default_value_t = 512, value_name = "N")]
     cache_flows: u32,
-    /// Print the comparison as JSON instead of a table.
+    /// Print the comparison as JSON instead of a table (the report is still
+    /// written).
     #[arg(long)]
     json: bool,
-    /// Write no HTML report.
+    /// Also run every policy at requested loads of 50 % to 100 % (a quarter
+    /// of --duration each, at least 1 s) for the drops- and latency-against-
+    /// load curves.
     #[arg(long)]
+    sweep: bool,
+    /// Where to write the HTML report (replaced atomically).
+    #[arg(long, value_name = "FILE", default_value = "rsspp-compare.html")]
+    out: PathBuf,
+    /// Do not write the HTML report.
+    #[arg(long, conflicts_with = "out")]
     no_report: bool,
 }
 
@@ -265,6 +282,15 @@ pub fn run_compare(args: &CompareArgs) -> Result<(), CliError> {
     if args.queue_size == 0 {
         return Err(CliError::Invalid("--queue-size must be at least 1".into()));
     }
+    // A report that cannot be written should fail now, not after the run.
+    if !args.no_report {
+        if args.out.as_os_str() == "-" {
+            return Err(CliError::Invalid(
+                "--out -: the report is written to a file; --no-report skips it".into(),
+            ));
+        }
+        atomic::check_destination(&args.out)?;
+    }
     let mut config = RunConfig {
         workload,
         engine,
@@ -297,6 +323,17 @@ pub fn run_compare(args: &CompareArgs) -> Result<(), CliError> {
     if show_progress {
         eprintln!();
     }
+    let sweep = if args.sweep {
+        // The replay speed is proportional to the requested load, so one
+        // pilot (or the main run's) gives the speed of every point.
+        let full_speed = match args.speed {
+            Some(_) => speed_for_load(&config, 1.0).map_err(sim_error)?,
+            None => speed / args.load,
+        };
+        run_sweep(&config, full_speed, show_progress)?
+    } else {
+        Vec::new()
+    };
     let comparison = Comparison {
         workload: config.workload.source.describe(),
         cores: args.cores,
@@ -305,7 +342,7 @@ pub fn run_compare(args: &CompareArgs) -> Result<(), CliError> {
         clock_ghz: args.clock_ghz,
         seed: args.seed,
         policies: out.results,
-        sweep: Vec::new(),
+        sweep,
     };
     let mut stdout = std::io::stdout().lock();
     if args.json {
@@ -315,12 +352,114 @@ pub fn run_compare(args: &CompareArgs) -> Result<(), CliError> {
     } else {
         print_table(&mut stdout, &comparison, speed, out.workload.packets)
             .map_err(CliError::output)?;
+        print_sweep(&mut stdout, &comparison.sweep).map_err(CliError::output)?;
+    }
+    if !args.no_report {
+        write_report(&args.out, &comparison)?;
+        // Standard output stays pure JSON with --json.
+        if args.json {
+            eprintln!("report: {}", args.out.display());
+        } else {
+            writeln!(stdout, "report: {}", args.out.display()).map_err(CliError::output)?;
+        }
+    }
+    if !args.json {
         writeln!(
             stdout,
             "({:.1} s of wall time)",
             started.elapsed().as_secs_f64()
         )
         .map_err(CliError::output)?;
+    }
+    Ok(())
+}
+
+fn write_report(path: &Path, comparison: &Comparison) -> Result<(), CliError> {
+    atomic::write(path, report::html(comparison).as_bytes())
+}
+
+/// Every policy at each of [`SWEEP_LOADS`], `full_speed` being the replay
+/// speed of load 1, each point a quarter of the main run (at least 1 s).
+fn run_sweep(
+    config: &RunConfig,
+    full_speed: f64,
+    show_progress: bool,
+) -> Result<Vec<SweepPoint>, CliError> {
+    let mut point = config.clone();
+    point.workload.duration_s = (config.workload.duration_s / 4.0)
+        .max(1.0)
+        .min(config.workload.duration_s);
+    let duration = point.workload.duration_s;
+    let mut sweep = Vec::with_capacity(SWEEP_LOADS.len() * config.policies.len());
+    for (k, &load) in SWEEP_LOADS.iter().enumerate() {
+        point.workload.rate = RateProfile::constant(full_speed * load).map_err(sim_error)?;
+        let out = run(&point, |t| {
+            if show_progress {
+                eprint!(
+                    "\rsweep {}/{} (load {:3.0}%): {:5.1} / {:.1} s",
+                    k + 1,
+                    SWEEP_LOADS.len(),
+                    load * 100.0,
+                    t.min(duration),
+                    duration
+                );
+            }
+        })
+        .map_err(sim_error)?;
+        sweep.extend(out.results.into_iter().map(|r| SweepPoint {
+            policy: r.name,
+            offered_load: load,
+            avg_load: r.summary.avg_load,
+            packets: r.summary.packets,
+            drops: r.summary.drops,
+            latency_p95_us: r.summary.latency_p95_us,
+        }));
+    }
+    if show_progress {
+        eprintln!();
+    }
+    Ok(sweep)
+}
+
+/// The sweep as two small tables: drops and p95 latency by requested load.
+fn print_sweep(out: &mut impl Write, sweep: &[SweepPoint]) -> std::io::Result<()> {
+    if sweep.is_empty() {
+        return Ok(());
+    }
+    let mut loads: Vec<f64> = sweep.iter().map(|s| s.offered_load).collect();
+    loads.sort_by(f64::total_cmp);
+    loads.dedup();
+    let mut names: Vec<&str> = Vec::new();
+    for s in sweep {
+        if !names.contains(&s.policy.as_str()) {
+            names.push(&s.policy);
+        }
+    }
+    type Cell = fn(&SweepPoint) -> String;
+    let tables: [(&str, Cell); 2] = [
+        ("packets dropped (%)", |s| {
+            format!("{:.3}", s.drops as f64 * 100.0 / s.packets.max(1) as f64)
+        }),
+        ("p95 latency (µs)", |s| format!("{:.1}", s.latency_p95_us)),
+    ];
+    for (what, cell) in tables {
+        writeln!(out, "\nsweep: {what} by requested load")?;
+        write!(out, "{:<18}", "policy")?;
+        for l in &loads {
+            write!(out, " {:>9}", format!("{:.0}%", l * 100.0))?;
+        }
+        writeln!(out)?;
+        for name in &names {
+            write!(out, "{name:<18}")?;
+            for l in &loads {
+                let value = sweep
+                    .iter()
+                    .find(|s| s.policy == *name && s.offered_load == *l)
+                    .map_or_else(|| "-".to_string(), cell);
+                write!(out, " {value:>9}")?;
+            }
+            writeln!(out)?;
+        }
     }
     Ok(())
 }
