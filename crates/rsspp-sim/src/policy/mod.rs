@@ -9,6 +9,7 @@ use crate::cost::StateTable;
 use crate::engine::{Cpu, Queues, System};
 use crate::packet::{Ns, SimPacket};
 
+pub mod orss;
 pub mod rss;
 pub mod rsspp;
 pub mod sprayer;
@@ -141,7 +142,7 @@ pub trait Policy: Send {
 }
 
 /// The names `rsspp compare --policies` accepts, in the order of the report.
-pub const POLICY_NAMES: &[&str] = &["rss", "rsspp", "sprayer"];
+pub const POLICY_NAMES: &[&str] = &["rss", "rsspp", "sprayer", "orss"];
 
 /// Builds the policy called `name`.
 pub fn build(name: &str, config: &PolicyConfig) -> Result<Box<dyn Policy>, crate::SimError> {
@@ -153,6 +154,7 @@ pub fn build(name: &str, config: &PolicyConfig) -> Result<Box<dyn Policy>, crate
             ..config.clone()
         })?),
         "sprayer" => Box::new(sprayer::Sprayer::new(config)),
+        "orss" => Box::new(orss::Orss::new(config)?),
         _ => {
             return Err(crate::SimError::UnknownPolicy {
                 name: name.to_string(),
