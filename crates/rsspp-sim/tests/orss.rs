@@ -27,6 +27,7 @@ fn config(duration_s: f64, policies: &[&str]) -> RunConfig {
             ..PolicyConfig::default()
         },
         policies: policies.iter().map(|s| s.to_string()).collect(),
+        reframer: None,
     }
 }
 
