@@ -82,6 +82,10 @@ fn writes_the_report_and_json_with_the_issue_fields() {
         assert_eq!(s["avg_cores"].as_f64(), Some(2.0));
         assert!(s["packets"].as_u64().unwrap() > 1000);
     }
+    // The same table keyed by policy name.
+    for p in policies {
+        assert_eq!(json["summary"][p["name"].as_str().unwrap()], p["summary"]);
+    }
     // Sprayer spreads one flow's packets over both cores; RSS never does.
     assert_eq!(policies[0]["summary"]["reordered"].as_u64(), Some(0));
     assert!(json["sweep"].as_array().unwrap().is_empty());

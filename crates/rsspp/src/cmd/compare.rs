@@ -1,6 +1,7 @@
 //! `rsspp compare`: the load-balancing methods side by side on one
 //! workload, in the simulator.
 
+use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -12,8 +13,9 @@ use rsspp_sim::policy::{PolicyConfig, POLICY_NAMES};
 use rsspp_sim::reframer::{ReframerConfig, BUFFER_US_RANGE};
 use rsspp_sim::run::{run, speed_for_load, RunConfig};
 use rsspp_sim::workload::{RateProfile, TraceSource, WorkloadConfig};
-use rsspp_sim::{report, Comparison, SimError, SweepPoint};
+use rsspp_sim::{report, Comparison, PolicySummary, SimError, SweepPoint};
 use rsspp_trace::Preset;
+use serde::Serialize;
 
 use crate::atomic;
 use crate::error::CliError;
@@ -346,7 +348,15 @@ pub fn run_compare(args: &CompareArgs) -> Result<(), CliError> {
     };
     let mut stdout = std::io::stdout().lock();
     if args.json {
-        serde_json::to_writer_pretty(&mut stdout, &comparison)
+        let output = JsonOutput {
+            comparison: &comparison,
+            summary: comparison
+                .policies
+                .iter()
+                .map(|p| (p.name.as_str(), &p.summary))
+                .collect(),
+        };
+        serde_json::to_writer_pretty(&mut stdout, &output)
             .map_err(|e| CliError::output(e.into()))?;
         writeln!(stdout).map_err(CliError::output)?;
     } else {
@@ -372,6 +382,15 @@ pub fn run_compare(args: &CompareArgs) -> Result<(), CliError> {
         .map_err(CliError::output)?;
     }
     Ok(())
+}
+
+/// `--json`: the whole comparison, plus its table keyed by policy name
+/// (`.summary.rsspp.latency_p95_us`).
+#[derive(Serialize)]
+struct JsonOutput<'a> {
+    #[serde(flatten)]
+    comparison: &'a Comparison,
+    summary: BTreeMap<&'a str, &'a PolicySummary>,
 }
 
 fn write_report(path: &Path, comparison: &Comparison) -> Result<(), CliError> {
