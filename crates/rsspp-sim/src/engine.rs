@@ -243,7 +243,7 @@ impl Shared {
 
     fn finish(&mut self, core: usize, p: &SimPacket, at: Ns) {
         self.latency.record(at.saturating_sub(p.arrival_ns));
-        self.reorder.finish(core, at, p.flow, p.seq);
+        self.reorder.finish(at, p.flow, p.seq);
         self.processed += 1;
         let c = &mut self.cores[core];
         c.done_sample += 1;

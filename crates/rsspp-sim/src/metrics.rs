@@ -1,8 +1,7 @@
 //! What the engine records about every packet: latency, reordering, drops,
 //! and per-core counts per interval.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 
 use crate::packet::Ns;
 
@@ -158,57 +157,39 @@ impl ReorderTracker {
 /// reports the finishing times of a whole batch when the batch starts, so
 /// reports from different cores arrive out of time order: a packet that a
 /// second core starts later may finish before the end of the first core's
-/// batch. Each core's reports are in time order; they wait here until the
-/// simulation clock passes them and are merged across cores.
+/// batch. Reports wait here, sorted by time, until the simulation clock
+/// passes them. They arrive nearly sorted (a batch that starts later mostly
+/// finishes later), so keeping them sorted costs little.
 #[derive(Debug, Clone, Default)]
 pub struct FinishOrder {
-    /// Per core: `(finish time, flow, seq)` not handed over yet.
-    pending: Vec<VecDeque<(Ns, u32, u32)>>,
-    /// The earliest pending finish of each core that has one.
-    heads: BinaryHeap<Reverse<(Ns, usize)>>,
+    /// `(finish time, flow, seq)` not handed over yet, by time (equal times
+    /// in the order reported).
+    pending: VecDeque<(Ns, u32, u32)>,
     tracker: ReorderTracker,
 }
 
 impl FinishOrder {
-    /// Packet `seq` of `flow` finishes on `core` at `at` (not before the
-    /// core's previous report).
-    pub fn finish(&mut self, core: usize, at: Ns, flow: u32, seq: u32) {
-        if core >= self.pending.len() {
-            self.pending.resize_with(core + 1, VecDeque::new);
+    /// Packet `seq` of `flow` finishes at `at`.
+    pub fn finish(&mut self, at: Ns, flow: u32, seq: u32) {
+        let mut i = self.pending.len();
+        while i > 0 && self.pending[i - 1].0 > at {
+            i -= 1;
         }
-        let q = &mut self.pending[core];
-        debug_assert!(q.back().is_none_or(|&(t, _, _)| t <= at));
-        if q.is_empty() {
-            self.heads.push(Reverse((at, core)));
+        if i == self.pending.len() {
+            self.pending.push_back((at, flow, seq));
+        } else {
+            self.pending.insert(i, (at, flow, seq));
         }
-        q.push_back((at, flow, seq));
     }
 
-    /// Hands over every finish at or before `upto`, in time order (equal
-    /// times in a deterministic order).
+    /// Hands over every finish at or before `upto`, in time order.
     pub fn flush(&mut self, upto: Ns) {
-        while let Some(&Reverse((t, core))) = self.heads.peek() {
-            if t > upto {
+        while let Some(&(at, flow, seq)) = self.pending.front() {
+            if at > upto {
                 return;
             }
-            self.heads.pop();
-            let q = &mut self.pending[core];
-            while let Some(&(at, flow, seq)) = q.front() {
-                if at > upto {
-                    break;
-                }
-                // Stay on this core while it is still the earliest.
-                if let Some(&Reverse((next, _))) = self.heads.peek() {
-                    if at > next {
-                        break;
-                    }
-                }
-                q.pop_front();
-                self.tracker.finish(flow, seq);
-            }
-            if let Some(&(at, _, _)) = q.front() {
-                self.heads.push(Reverse((at, core)));
-            }
+            self.pending.pop_front();
+            self.tracker.finish(flow, seq);
         }
     }
 
@@ -284,10 +265,10 @@ mod tests {
         // Core 0 starts a batch of flow 1's packets 0..4 finishing at 10,
         // 20, 30, 40; core 1 then starts packet 4 finishing at 15.
         for (seq, at) in [(0, 10), (1, 20), (2, 30), (3, 40)] {
-            f.finish(0, at, 1, seq);
+            f.finish(at, 1, seq);
         }
         f.flush(5);
-        f.finish(1, 15, 1, 4);
+        f.finish(15, 1, 4);
         assert_eq!(f.reordered(), 0, "nothing handed over before its time");
         f.flush(Ns::MAX);
         // Packets 1, 2 and 3 finished after packet 4.
@@ -297,11 +278,11 @@ mod tests {
     #[test]
     fn in_order_finishes_on_two_cores_are_not_reordered() {
         let mut f = FinishOrder::default();
-        f.finish(0, 10, 7, 0);
-        f.finish(1, 12, 7, 1);
-        f.finish(0, 14, 7, 2);
+        f.finish(10, 7, 0);
+        f.finish(12, 7, 1);
+        f.finish(14, 7, 2);
         f.flush(13);
-        f.finish(1, 16, 7, 3);
+        f.finish(16, 7, 3);
         f.flush(Ns::MAX);
         assert_eq!(f.reordered(), 0);
     }
