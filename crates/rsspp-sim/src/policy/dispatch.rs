@@ -15,7 +15,7 @@
 //!   the buffer the dispatcher touched: the inter-core traffic that makes
 //!   software dispatching scale worse than hardware dispatching (§5.4).
 
-use crate::cost::StateTable;
+use crate::cost::{CostModel, StateTable};
 use crate::engine::Cpu;
 use crate::packet::SimPacket;
 use crate::policy::Topology;
@@ -124,23 +124,26 @@ impl Dispatcher {
     }
 
     /// Runs the dispatcher on its batch: `pick` chooses each packet's ring
-    /// (charging its own costs on `cpu`), seeing how many packets of the
-    /// batch went to each ring so far. The batch is enqueued as one burst at
-    /// the end, as a DPDK dispatcher does: the packets become visible to the
-    /// processing cores together. A full ring drops the packet.
+    /// and says what the choice cost (cycles), seeing how many packets of
+    /// the batch went to each ring so far. The batch is enqueued as one
+    /// burst at the end, as a DPDK dispatcher does: the packets become
+    /// visible to the processing cores together. A full ring drops the
+    /// packet.
     pub fn dispatch(
         &mut self,
         batch: &[SimPacket],
         cpu: &mut Cpu<'_>,
-        mut pick: impl FnMut(&SimPacket, &mut Cpu<'_>, &[usize]) -> usize,
+        mut pick: impl FnMut(&SimPacket, &Cpu<'_>, &[usize]) -> (usize, u64),
     ) {
         self.dests.clear();
+        let mut cycles = 0;
         for p in batch {
-            cpu.charge(DISPATCH_CYCLES);
-            let ring = pick(p, cpu, &self.pending);
+            let (ring, cost) = pick(p, cpu, &self.pending);
+            cycles += DISPATCH_CYCLES + cost;
             self.pending[ring] += 1;
             self.dests.push(ring);
         }
+        cpu.charge(cycles);
         for (p, &ring) in batch.iter().zip(&self.dests) {
             // A full ring counts the drop itself.
             cpu.enqueue(ring, *p);
@@ -157,14 +160,15 @@ impl Dispatcher {
         }
         let transfer = u64::from(cpu.cost().remote_cycles);
         // The ring's producer index moved on the dispatcher.
-        cpu.charge(transfer);
+        let mut ring_cycles = transfer;
         if self.shared {
             // The consumer index of a shared ring moves between consumers.
             if self.last_consumer != cpu.core() {
-                cpu.charge(transfer);
+                ring_cycles += transfer;
             }
             self.last_consumer = cpu.core();
         }
+        cpu.charge(ring_cycles);
         for p in batch {
             cpu.process_with(p, table, transfer);
         }
@@ -194,11 +198,10 @@ impl FlowTable {
         Self::default()
     }
 
-    /// Looks `p`'s flow up, charging the lookup on `cpu`. A flow's first
-    /// packet (`seq` 0: flow numbers are reused) finds no entry, whatever a
-    /// previous flow of that number left.
-    pub fn lookup(&mut self, p: &SimPacket, cpu: &mut Cpu<'_>) -> Option<usize> {
-        let cost = cpu.cost();
+    /// Looks `p`'s flow up: its core, and the cycles the lookup cost. A
+    /// flow's first packet (`seq` 0: flow numbers are reused) finds no
+    /// entry, whatever a previous flow of that number left.
+    pub fn lookup(&mut self, p: &SimPacket, cost: &CostModel) -> (Option<usize>, u64) {
         if self.cached.is_empty() {
             self.cached = vec![u32::MAX; cost.cache_flows as usize];
         }
@@ -208,14 +211,14 @@ impl FlowTable {
         } else {
             cost.miss_cycles
         };
-        cpu.charge(FLOW_HASH_CYCLES + u64::from(access));
         self.cached[slot] = p.flow;
+        let cycles = FLOW_HASH_CYCLES + u64::from(access);
         if p.seq == 0 {
-            return None;
+            return (None, cycles);
         }
         match self.core_of.get(p.flow as usize) {
-            Some(&c) if c != Self::NONE => Some(usize::from(c)),
-            _ => None,
+            Some(&c) if c != Self::NONE => (Some(usize::from(c)), cycles),
+            _ => (None, cycles),
         }
     }
 
@@ -258,6 +261,27 @@ mod tests {
         assert_eq!(t.queue_capacity.len(), 2);
         assert!(t.polls[..3].iter().all(|p| p == &vec![0]));
         assert_eq!(t.polls[3], vec![1]);
+    }
+
+    #[test]
+    fn flow_table_forgets_a_flow_that_starts_over() {
+        let cost = CostModel::default();
+        let mut t = FlowTable::new();
+        let first = SimPacket {
+            flow: 5,
+            ..SimPacket::default()
+        };
+        let (core, miss) = t.lookup(&first, &cost);
+        assert_eq!(core, None);
+        assert_eq!(miss, FLOW_HASH_CYCLES + u64::from(cost.miss_cycles));
+        t.place(5, 3);
+        let next = SimPacket { seq: 1, ..first };
+        let (core, hit) = t.lookup(&next, &cost);
+        assert_eq!(core, Some(3));
+        assert_eq!(hit, FLOW_HASH_CYCLES + u64::from(cost.hit_cycles));
+        // Flow number 5 reused by a new flow: no entry.
+        assert_eq!(t.lookup(&first, &cost).0, None);
+        assert_eq!(t.placed(), 1);
     }
 
     #[test]

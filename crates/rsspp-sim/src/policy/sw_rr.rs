@@ -54,7 +54,7 @@ impl Policy for SwRr {
             self.dispatcher.dispatch(batch, cpu, |_, _, _| {
                 let core = *next;
                 *next = (core + 1) % workers;
-                core
+                (core, 0)
             });
         } else {
             self.dispatcher.work(batch, cpu, StateTable::Shared);

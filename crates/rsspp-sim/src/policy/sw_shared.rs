@@ -51,7 +51,7 @@ impl Policy for SwShared {
     fn process(&mut self, batch: &mut Vec<SimPacket>, cpu: &mut Cpu<'_>) {
         if cpu.core() == self.dispatcher.core() {
             let ring = self.dispatcher.ring_of(0);
-            self.dispatcher.dispatch(batch, cpu, |_, _, _| ring);
+            self.dispatcher.dispatch(batch, cpu, |_, _, _| (ring, 0));
         } else {
             self.dispatcher.work(batch, cpu, StateTable::Shared);
         }

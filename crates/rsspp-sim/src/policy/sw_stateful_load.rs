@@ -96,14 +96,15 @@ impl Policy for SwStatefulLoad {
         if cpu.core() == self.dispatcher.core() {
             let (flows, load, start) = (&mut self.flows, &self.load, &mut self.start);
             self.dispatcher.dispatch(batch, cpu, |p, cpu, pending| {
-                if let Some(core) = flows.lookup(p, cpu) {
-                    return core;
+                let (known, cycles) = flows.lookup(p, cpu.cost());
+                if let Some(core) = known {
+                    return (core, cycles);
                 }
                 // Ring i is processing core i's.
                 let core = least_loaded(cpu, pending, load, *start);
                 *start = core + 1;
                 flows.place(p.flow, core);
-                core
+                (core, cycles)
             });
         } else {
             self.dispatcher.work(batch, cpu, StateTable::Sharded);

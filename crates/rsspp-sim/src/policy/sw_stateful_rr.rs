@@ -54,13 +54,14 @@ impl Policy for SwStatefulRr {
             let workers = self.dispatcher.workers();
             let (flows, next) = (&mut self.flows, &mut self.next);
             self.dispatcher.dispatch(batch, cpu, |p, cpu, _| {
-                if let Some(core) = flows.lookup(p, cpu) {
-                    return core;
+                let (known, cycles) = flows.lookup(p, cpu.cost());
+                if let Some(core) = known {
+                    return (core, cycles);
                 }
                 let core = *next;
                 *next = (core + 1) % workers;
                 flows.place(p.flow, core);
-                core
+                (core, cycles)
             });
         } else {
             self.dispatcher.work(batch, cpu, StateTable::Sharded);
