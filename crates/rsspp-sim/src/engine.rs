@@ -14,7 +14,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
 use crate::cost::{CostModel, StateModel, StateTable};
-use crate::metrics::{LatencyHistogram, ReorderTracker};
+use crate::metrics::{FinishOrder, LatencyHistogram};
 use crate::packet::{Ns, SimPacket};
 use crate::policy::{Policy, Topology};
 use crate::result::{PolicyResult, PolicySummary, Timeline};
@@ -148,6 +148,17 @@ impl Queues {
         n
     }
 
+    /// When the first head packet of the queues `core` polls that is not
+    /// ready at `now` becomes ready (a software queue filled by a
+    /// dispatching core whose batch runs ahead of the other cores' clocks).
+    fn next_ready(&self, core: usize, now: Ns) -> Option<Ns> {
+        self.polls[core]
+            .iter()
+            .filter_map(|&q| self.queues[q].items.front().map(|p| p.ready_ns))
+            .filter(|&t| t > now)
+            .min()
+    }
+
     /// Takes up to `max` packets from the queues `core` polls, in order.
     pub fn take_polled(&mut self, core: usize, now: Ns, max: usize, batch: &mut Vec<SimPacket>) {
         let start = batch.len();
@@ -201,7 +212,7 @@ struct Shared {
     events: BinaryHeap<Reverse<(Ns, u64, usize)>>,
     event_seq: u64,
     latency: LatencyHistogram,
-    reorder: ReorderTracker,
+    reorder: FinishOrder,
     processed: u64,
     policy_drops: u64,
     /// Per core: the flow of the last packet it processed (spatial
@@ -237,7 +248,7 @@ impl Shared {
 
     fn finish(&mut self, core: usize, p: &SimPacket, at: Ns) {
         self.latency.record(at.saturating_sub(p.arrival_ns));
-        self.reorder.finish(p.flow, p.seq);
+        self.reorder.finish(at, p.flow, p.seq);
         self.processed += 1;
         if self.last_flow[core] != p.flow {
             self.last_flow[core] = p.flow;
@@ -423,7 +434,7 @@ impl Engine {
                 events: BinaryHeap::new(),
                 event_seq: 0,
                 latency: LatencyHistogram::default(),
-                reorder: ReorderTracker::default(),
+                reorder: FinishOrder::default(),
                 processed: 0,
                 policy_drops: 0,
                 last_flow,
@@ -455,6 +466,7 @@ impl Engine {
     /// Processes what is left after the last packet, then returns the result.
     pub fn finish(mut self) -> PolicyResult {
         self.run_until(Ns::MAX, true);
+        self.sh.reorder.flush(Ns::MAX);
         // The last, partial sample.
         let now = self.sh.cores.iter().map(|c| c.batch_end).max().unwrap_or(0);
         if now > self.next_sample - self.sh.config.sample_ns {
@@ -473,6 +485,7 @@ impl Engine {
         self.offered += 1;
         self.offered_sample += 1;
         if p.seq == 0 {
+            self.sh.reorder.flush(now);
             self.sh.reorder.new_flow(p.flow);
             self.sh.state.forget(p.flow);
         }
@@ -526,6 +539,9 @@ impl Engine {
                 }
                 _ => {
                     let Reverse((t, _, core)) = self.sh.events.pop().expect("peeked");
+                    // Finishes reported by batches that started earlier are
+                    // counted for reordering once the clock passes them.
+                    self.sh.reorder.flush(t);
                     self.run_core(core, t);
                 }
             }
@@ -545,7 +561,16 @@ impl Engine {
         self.policy
             .poll(core, now, &mut self.sh.queues, max, &mut self.batch);
         if self.batch.is_empty() && !self.policy.has_work(core) {
-            return; // sleeps until a packet or the policy wakes it
+            // A dispatching core costs its batch when it starts and fills
+            // software queues with packets ready later: their wake-up found
+            // this core busy, so it polls again when the first is ready
+            // rather than leave them stranded. Otherwise it sleeps until a
+            // packet or the policy wakes it. (A ready packet the policy chose
+            // not to take waits for the policy's own wake-up.)
+            if let Some(t) = self.sh.queues.next_ready(core, now) {
+                self.sh.schedule(core, t);
+            }
+            return;
         }
         let table = self.policy.state_table();
         let batch_cycles = u64::from(self.sh.config.cost.batch_cycles);

@@ -9,10 +9,16 @@ use crate::cost::StateTable;
 use crate::engine::{Cpu, Queues, System};
 use crate::packet::{Ns, SimPacket};
 
+pub mod dispatch;
+pub mod metron;
 pub mod orss;
 pub mod rss;
 pub mod rsspp;
 pub mod sprayer;
+pub mod sw_rr;
+pub mod sw_shared;
+pub mod sw_stateful_load;
+pub mod sw_stateful_rr;
 
 /// The cores and queues a policy needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,7 +148,17 @@ pub trait Policy: Send {
 }
 
 /// The names `rsspp compare --policies` accepts, in the order of the report.
-pub const POLICY_NAMES: &[&str] = &["rss", "rsspp", "sprayer", "orss"];
+pub const POLICY_NAMES: &[&str] = &[
+    "rss",
+    "rsspp",
+    "sprayer",
+    "sw-shared",
+    "sw-rr",
+    "sw-stateful-rr",
+    "sw-stateful-load",
+    "metron",
+    "orss",
+];
 
 /// Builds the policy called `name`.
 pub fn build(name: &str, config: &PolicyConfig) -> Result<Box<dyn Policy>, crate::SimError> {
@@ -154,6 +170,11 @@ pub fn build(name: &str, config: &PolicyConfig) -> Result<Box<dyn Policy>, crate
             ..config.clone()
         })?),
         "sprayer" => Box::new(sprayer::Sprayer::new(config)),
+        "sw-shared" => Box::new(sw_shared::SwShared::new(config)?),
+        "sw-rr" => Box::new(sw_rr::SwRr::new(config)?),
+        "sw-stateful-rr" => Box::new(sw_stateful_rr::SwStatefulRr::new(config)?),
+        "sw-stateful-load" => Box::new(sw_stateful_load::SwStatefulLoad::new(config)?),
+        "metron" => Box::new(metron::Metron::new(config)?),
         "orss" => Box::new(orss::Orss::new(config)?),
         _ => {
             return Err(crate::SimError::UnknownPolicy {
