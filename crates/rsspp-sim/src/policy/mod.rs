@@ -9,6 +9,7 @@ use crate::cost::StateTable;
 use crate::engine::{Cpu, Queues, System};
 use crate::packet::{Ns, SimPacket};
 
+pub mod affinity_accept;
 pub mod rss;
 pub mod sprayer;
 
@@ -140,13 +141,14 @@ pub trait Policy: Send {
 }
 
 /// The names `rsspp compare --policies` accepts, in the order of the report.
-pub const POLICY_NAMES: &[&str] = &["rss", "sprayer"];
+pub const POLICY_NAMES: &[&str] = &["rss", "sprayer", "affinity-accept"];
 
 /// Builds the policy called `name`.
 pub fn build(name: &str, config: &PolicyConfig) -> Result<Box<dyn Policy>, crate::SimError> {
     let policy: Box<dyn Policy> = match name {
         "rss" => Box::new(rss::Rss::new(config)?),
         "sprayer" => Box::new(sprayer::Sprayer::new(config)),
+        "affinity-accept" => Box::new(affinity_accept::AffinityAccept::new(config)?),
         _ => {
             return Err(crate::SimError::UnknownPolicy {
                 name: name.to_string(),
