@@ -22,7 +22,8 @@ use crate::packet::{mix32, Ns, SimPacket};
 /// Where the packets come from.
 #[derive(Debug, Clone, PartialEq)]
 pub enum TraceSource {
-    /// A built-in generator preset (`campus`, `campus4`, `udp-flows`, `elephants`).
+    /// A built-in generator preset (`campus`, `campus4`, `udp-flows`,
+    /// `elephants`, `short-connections`).
     Preset {
         /// The preset.
         preset: Preset,
@@ -54,6 +55,7 @@ impl TraceSource {
                     Preset::Campus4 => "campus4",
                     Preset::UdpFlows => "udp-flows",
                     Preset::Elephants => "elephants",
+                    Preset::ShortConnections => "short-connections",
                 };
                 match flows {
                     Some(n) => format!("preset {name} ({n} flows)"),

@@ -292,3 +292,90 @@ fn bad_options_are_errors() {
     c.duration_s = f64::NAN;
     assert!(Generator::new(&c).is_err());
 }
+
+#[test]
+fn short_connections_open_with_syn_close_with_fin_at_the_configured_rate() {
+    let mut config = GenConfig::new(Preset::ShortConnections);
+    config.duration_s = 0.5;
+    config.connection_rate = Some(20_000.0);
+    config.seed = 5;
+    let mut g = Generator::new(&config).unwrap();
+    // Per connection: (packets, first flags, last flags, last timestamp).
+    type Key = (u32, u16);
+    let mut conns: HashMap<Key, (u32, u8, u8, u64)> = HashMap::new();
+    let mut packets = 0u64;
+    while let Some(batch) = g.next_batch() {
+        for p in batch {
+            assert_eq!(p.protocol, 6);
+            packets += 1;
+            let c = conns
+                .entry((p.src, p.sport))
+                .or_insert((0, p.tcp_flags, 0, 0));
+            c.0 += 1;
+            c.2 = p.tcp_flags;
+            c.3 = p.timestamp_ns;
+            // SYN only first, FIN only last (nothing follows it).
+            assert_eq!(p.tcp_flags & SYN != 0, c.0 == 1, "SYN mid-connection");
+        }
+    }
+    // 10 000 connections expected: a Poisson count is within 4% of it.
+    let n = conns.len() as f64;
+    within("connections in 0.5 s at 20k/s", n, 10_000.0, 0.04);
+    assert!(
+        conns.values().all(|c| c.1 == SYN),
+        "every connection opens with a bare SYN"
+    );
+    // Connections that began early enough finished with a FIN, after a SYN,
+    // a handshake ACK and one to three request/response pairs.
+    let end = config.start_ns + 480_000_000;
+    let finished: Vec<_> = conns.values().filter(|c| c.3 < end).collect();
+    assert!(finished.len() > 9_000);
+    let closed = conns.values().filter(|c| c.2 & FIN != 0).count() as f64;
+    assert!(closed >= 0.97 * n, "{closed} of {n} closed");
+    for c in conns.values().filter(|c| c.2 & FIN != 0) {
+        assert!(matches!(c.0, 5 | 7 | 9), "{} packets", c.0);
+    }
+    let per_conn = packets as f64 / n;
+    within("packets per connection", per_conn, 7.0, 0.05);
+    // Same seed, same bytes; the rate option and --pps agree.
+    let bytes = |c: &GenConfig| {
+        let mut out = Vec::new();
+        rsspp_trace::generate::write_pcap(c, &mut out, 64, rsspp_trace::TimePrecision::Nano)
+            .unwrap();
+        out
+    };
+    let mut small = config.clone();
+    small.duration_s = 0.05;
+    assert_eq!(bytes(&small), bytes(&small));
+    let mut other = small.clone();
+    other.seed = 6;
+    assert_ne!(bytes(&small), bytes(&other));
+    let faster = GenConfig {
+        connection_rate: Some(20_000.0),
+        ..GenConfig::new(Preset::ShortConnections)
+    }
+    .with_pps(280_000.0);
+    assert!((faster.speed - 2.0).abs() < 1e-9, "speed {}", faster.speed);
+    assert_eq!(
+        Preset::from_name("short-connections"),
+        Some(Preset::ShortConnections)
+    );
+}
+
+#[test]
+fn short_connections_refuse_options_they_do_not_take() {
+    let mut c = GenConfig::new(Preset::ShortConnections);
+    c.connection_rate = Some(0.0);
+    assert!(Generator::new(&c).is_err());
+    c.connection_rate = Some(f64::INFINITY);
+    assert!(Generator::new(&c).is_err());
+    let mut c = GenConfig::new(Preset::ShortConnections);
+    c.flows = Some(4);
+    assert!(Generator::new(&c).is_err());
+    let mut c = GenConfig::new(Preset::ShortConnections);
+    c.frame_size = Some(100);
+    assert!(Generator::new(&c).is_err());
+    let mut c = GenConfig::new(Preset::Campus);
+    c.connection_rate = Some(1_000.0);
+    assert!(Generator::new(&c).is_err());
+}

@@ -127,3 +127,35 @@ fn bad_captures_and_options_fail_with_a_message() {
         .failure()
         .stderr(predicate::str::contains("snaplen"));
 }
+
+#[test]
+fn short_connections_take_a_connection_rate() {
+    let out = rsspp()
+        .args(["trace", "gen", "--preset", "short-connections"])
+        .args(["--conn-rate", "20000", "--duration", "0.2", "-o", "-"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let out = rsspp()
+        .args(["trace", "stats", "--json", "-"])
+        .write_stdin(out)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    // 4000 connections expected (a Poisson count), 7 packets each.
+    let flows = v["flows"].as_u64().unwrap();
+    assert!((3_700..=4_300).contains(&flows), "{flows} connections");
+    let per_flow = v["packets"].as_f64().unwrap() / flows as f64;
+    assert!((6.5..=7.2).contains(&per_flow), "{per_flow} packets each");
+    rsspp()
+        .args(["trace", "gen", "--preset", "campus", "--conn-rate", "5"])
+        .args(["--duration", "0.1", "-o", "-"])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("--conn-rate applies to"));
+}

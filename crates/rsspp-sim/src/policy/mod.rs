@@ -9,6 +9,7 @@ use crate::cost::StateTable;
 use crate::engine::{Cpu, Queues, System};
 use crate::packet::{Ns, SimPacket};
 
+pub mod affinity_accept;
 pub mod dispatch;
 pub mod metron;
 pub mod orss;
@@ -157,6 +158,7 @@ pub const POLICY_NAMES: &[&str] = &[
     "sw-stateful-rr",
     "sw-stateful-load",
     "metron",
+    "affinity-accept",
     "orss",
 ];
 
@@ -176,6 +178,7 @@ pub fn build(name: &str, config: &PolicyConfig) -> Result<Box<dyn Policy>, crate
         "sw-stateful-load" => Box::new(sw_stateful_load::SwStatefulLoad::new(config)?),
         "metron" => Box::new(metron::Metron::new(config)?),
         "orss" => Box::new(orss::Orss::new(config)?),
+        "affinity-accept" => Box::new(affinity_accept::AffinityAccept::new(config)?),
         _ => {
             return Err(crate::SimError::UnknownPolicy {
                 name: name.to_string(),

@@ -8,13 +8,17 @@
 //!   non-colliding addresses (the paper's Campus #4).
 //! - `udp-flows`: N equal constant-rate UDP flows.
 //! - `elephants`: a few heavy TCP flows among many mice.
+//! - `short-connections`: many short TCP connections (SYN, a few requests,
+//!   FIN) arriving as a Poisson process, the Affinity-Accept workload.
 
+mod connections;
 pub mod dist;
 mod model;
 mod reference;
 
 use std::io::Write;
 
+use connections::Connections;
 use dist::{EmpiricalCdf, Interpolation};
 use model::{Engine, FrameModel, HeavyTiming, Model};
 pub use reference::{campus_reference, CampusReference};
@@ -56,6 +60,9 @@ pub enum Preset {
     UdpFlows,
     /// A few elephant flows among many mice.
     Elephants,
+    /// Many short TCP connections to one server (100k new connections per
+    /// second by default, 7 packets each on average).
+    ShortConnections,
 }
 
 impl Preset {
@@ -66,16 +73,18 @@ impl Preset {
             "campus4" => Some(Preset::Campus4),
             "udp-flows" => Some(Preset::UdpFlows),
             "elephants" => Some(Preset::Elephants),
+            "short-connections" => Some(Preset::ShortConnections),
             _ => None,
         }
     }
 
-    /// The packet rate of the preset at speed 1.
+    /// The packet rate of the preset at speed 1 (with its default options).
     pub fn nominal_pps(self) -> f64 {
         match self {
             Preset::Campus => campus_reference().pps,
             Preset::Campus4 => campus_reference().campus4_pps,
             Preset::UdpFlows | Preset::Elephants => 1_000_000.0,
+            Preset::ShortConnections => connections::DEFAULT_RATE * connections::MEAN_PACKETS,
         }
     }
 }
@@ -97,6 +106,9 @@ pub struct GenConfig {
     /// `udp-flows` and `elephants`: fixed frame size (bytes, 60–1514);
     /// `udp-flows` defaults to 64, `elephants` to the campus frame mix.
     pub frame_size: Option<u16>,
+    /// `short-connections`: new connections per second at speed 1
+    /// (default 100 000).
+    pub connection_rate: Option<f64>,
     /// Timestamp of the first nanosecond of the trace.
     pub start_ns: u64,
 }
@@ -111,13 +123,22 @@ impl GenConfig {
             seed: 1,
             flows: None,
             frame_size: None,
+            connection_rate: None,
             start_ns: 1_700_000_000 * 1_000_000_000,
+        }
+    }
+
+    /// The packet rate at speed 1 with these options.
+    pub fn nominal_pps(&self) -> f64 {
+        match (self.preset, self.connection_rate) {
+            (Preset::ShortConnections, Some(rate)) => rate * connections::MEAN_PACKETS,
+            (preset, _) => preset.nominal_pps(),
         }
     }
 
     /// Sets the speed so the packet rate is `pps`.
     pub fn with_pps(mut self, pps: f64) -> Self {
-        self.speed = pps / self.preset.nominal_pps();
+        self.speed = pps / self.nominal_pps();
         self
     }
 }
@@ -181,7 +202,22 @@ const HEAVY_FLOWS: usize = 600;
 const DURATION_MEDIAN_S: f64 = 1.8;
 const DURATION_SIGMA: f64 = 1.2;
 
-fn models(config: &GenConfig) -> Result<Vec<Model>, TraceError> {
+/// The traffic sources of `config`'s preset, each with its own seed.
+fn sources(config: &GenConfig) -> Result<Vec<Source>, TraceError> {
+    let seed_of = |i: usize| {
+        config
+            .seed
+            .wrapping_mul(0x2545_f491_4f6c_dd1d)
+            .wrapping_add(i as u64 + 1)
+    };
+    let rate = connection_rate(config)?;
+    let flows = |models: Vec<Model>| {
+        models
+            .into_iter()
+            .enumerate()
+            .map(|(i, m)| Source::Flows(Box::new(Engine::new(m, seed_of(i)))))
+            .collect()
+    };
     let r = campus_reference();
     let frame_model = |default: Option<u16>| -> Result<Option<FrameModel>, TraceError> {
         match config.frame_size.or(default) {
@@ -192,21 +228,23 @@ fn models(config: &GenConfig) -> Result<Vec<Model>, TraceError> {
             None => Ok(None),
         }
     };
-    if config.flows.is_some() && matches!(config.preset, Preset::Campus | Preset::Campus4) {
+    if config.flows.is_some() && !matches!(config.preset, Preset::UdpFlows | Preset::Elephants) {
         return Err(TraceError::InvalidOption(
             "--flows applies to the udp-flows and elephants presets".into(),
         ));
     }
     Ok(match config.preset {
-        Preset::Campus => vec![campus_model(r.pps, r.new_flows_end, 0)],
-        Preset::Campus4 => (0..4)
-            .map(|w| {
-                // Each window gets the campus arrival rate: the published
-                // campus4 new-flow rate at the end (26k/s, 6.5k per window)
-                // would leave 15% fewer active flows than its 77k/s.
-                campus_model(r.campus4_pps / 4.0, r.new_flows_end, w)
-            })
-            .collect(),
+        Preset::Campus => flows(vec![campus_model(r.pps, r.new_flows_end, 0)]),
+        Preset::Campus4 => flows(
+            (0..4)
+                .map(|w| {
+                    // Each window gets the campus arrival rate: the published
+                    // campus4 new-flow rate at the end (26k/s, 6.5k per window)
+                    // would leave 15% fewer active flows than its 77k/s.
+                    campus_model(r.campus4_pps / 4.0, r.new_flows_end, w)
+                })
+                .collect(),
+        ),
         Preset::UdpFlows => {
             let n = config.flows.unwrap_or(1024);
             if n == 0 {
@@ -220,7 +258,7 @@ fn models(config: &GenConfig) -> Result<Vec<Model>, TraceError> {
             m.heavy_protocol_udp_every = Some(1);
             m.heavy_timing = HeavyTiming::Constant;
             m.frames = frame_model(Some(64))?.expect("a default size");
-            vec![m]
+            flows(vec![m])
         }
         Preset::Elephants => {
             let n = config.flows.unwrap_or(4);
@@ -236,9 +274,62 @@ fn models(config: &GenConfig) -> Result<Vec<Model>, TraceError> {
             if let Some(frames) = frame_model(None)? {
                 m.frames = frames;
             }
-            vec![m]
+            flows(vec![m])
+        }
+        Preset::ShortConnections => {
+            vec![Source::Connections(Connections::new(rate, seed_of(0)))]
         }
     })
+}
+
+/// The checked connection rate of `short-connections`; an error for any
+/// option that preset does not take, or a rate for another preset.
+fn connection_rate(config: &GenConfig) -> Result<f64, TraceError> {
+    if config.preset != Preset::ShortConnections {
+        return match config.connection_rate {
+            Some(_) => Err(TraceError::InvalidOption(
+                "--conn-rate applies to the short-connections preset".into(),
+            )),
+            None => Ok(0.0),
+        };
+    }
+    if config.frame_size.is_some() {
+        return Err(TraceError::InvalidOption(
+            "--frame-size applies to the udp-flows and elephants presets".into(),
+        ));
+    }
+    let rate = config.connection_rate.unwrap_or(connections::DEFAULT_RATE);
+    if !(rate.is_finite() && rate > 0.0 && rate <= connections::MAX_RATE) {
+        return Err(TraceError::InvalidOption(format!(
+            "the connection rate must be positive and at most {} per second, got {rate}",
+            connections::MAX_RATE
+        )));
+    }
+    Ok(rate)
+}
+
+/// One traffic source of a generator.
+enum Source {
+    /// A population of flows (every preset but `short-connections`).
+    Flows(Box<Engine>),
+    /// Short TCP connections.
+    Connections(Connections),
+}
+
+impl Source {
+    fn window(&mut self, until_ns: f64, out: &mut Vec<GenPacket>) {
+        match self {
+            Source::Flows(e) => e.window(until_ns, out),
+            Source::Connections(c) => c.window(until_ns, out),
+        }
+    }
+
+    fn live_flows(&self) -> usize {
+        match self {
+            Source::Flows(e) => e.live_flows(),
+            Source::Connections(c) => c.live_flows(),
+        }
+    }
 }
 
 /// Length of one generation step, in trace time.
@@ -247,7 +338,7 @@ const WINDOW_NS: f64 = 100_000_000.0;
 /// Produces a trace window by window, in timestamp order, with memory
 /// proportional to the live flows.
 pub struct Generator {
-    engines: Vec<Engine>,
+    sources: Vec<Source>,
     speed: f64,
     start_ns: u64,
     /// Trace-time end of the trace.
@@ -275,19 +366,8 @@ impl Generator {
                 config.duration_s
             )));
         }
-        let engines = models(config)?
-            .into_iter()
-            .enumerate()
-            .map(|(i, m)| {
-                let seed = config
-                    .seed
-                    .wrapping_mul(0x2545_f491_4f6c_dd1d)
-                    .wrapping_add(i as u64 + 1);
-                Engine::new(m, seed)
-            })
-            .collect();
         Ok(Self {
-            engines,
+            sources: sources(config)?,
             speed: config.speed,
             start_ns: config.start_ns,
             end_ns: (config.duration_s * config.speed * 1e9).round(),
@@ -303,8 +383,8 @@ impl Generator {
         }
         let until = (self.done_ns + WINDOW_NS).min(self.end_ns);
         self.batch.clear();
-        for engine in &mut self.engines {
-            engine.window(until, &mut self.batch);
+        for source in &mut self.sources {
+            source.window(until, &mut self.batch);
         }
         self.done_ns = until;
         let (speed, start) = (self.speed, self.start_ns);
@@ -318,7 +398,7 @@ impl Generator {
 
     /// Flows alive right now across all sources.
     pub fn live_flows(&self) -> usize {
-        self.engines.iter().map(Engine::live_flows).sum()
+        self.sources.iter().map(Source::live_flows).sum()
     }
 }
 

@@ -34,6 +34,9 @@ enum PresetName {
     UdpFlows,
     /// A few elephant TCP flows among many mice (--flows, default 4).
     Elephants,
+    /// Many short TCP connections (SYN, 1-3 requests, FIN), the
+    /// Affinity-Accept workload; add --work-skew for skewed service times.
+    ShortConnections,
 }
 
 impl From<PresetName> for Preset {
@@ -43,6 +46,7 @@ impl From<PresetName> for Preset {
             PresetName::Campus => Preset::Campus,
             PresetName::UdpFlows => Preset::UdpFlows,
             PresetName::Elephants => Preset::Elephants,
+            PresetName::ShortConnections => Preset::ShortConnections,
         }
     }
 }

@@ -22,8 +22,9 @@ pub struct TraceArgs {
 #[derive(Debug, Subcommand)]
 enum TraceCommand {
     /// Generate a synthetic pcap: the calibrated campus trace look-alike,
-    /// four campus windows superposed, N constant-rate UDP flows, or
-    /// elephants among mice. The same seed gives the same bytes.
+    /// four campus windows superposed, N constant-rate UDP flows,
+    /// elephants among mice, or many short TCP connections. The same seed
+    /// gives the same bytes.
     Gen(GenArgs),
     /// Analyse a pcap/pcapng capture: volumes, flow and frame sizes, active
     /// and new flows per second, heavy hitters, Reframer's locality measures.
@@ -40,6 +41,9 @@ enum PresetName {
     UdpFlows,
     /// A few elephant TCP flows among many mice (default 4, 1 Mpps).
     Elephants,
+    /// Many short TCP connections to one server: SYN, 1-3 requests, FIN
+    /// (default 100k connections/s, ~700 kpps).
+    ShortConnections,
 }
 
 /// Arguments of `rsspp trace gen`.
@@ -47,6 +51,7 @@ enum PresetName {
 #[command(
     after_help = "Examples:\n  rsspp trace gen --preset campus --duration 10 -o campus.pcap\n  \
 rsspp trace gen --preset udp-flows --flows 64 --pps 2000000 --duration 1 -o udp.pcap\n  \
+rsspp trace gen --preset short-connections --conn-rate 50000 --duration 1 -o conns.pcap\n  \
 rsspp trace gen --preset campus -o - | rsspp trace stats -"
 )]
 pub struct GenArgs {
@@ -75,6 +80,9 @@ pub struct GenArgs {
     /// udp-flows and elephants: fixed frame size in bytes (60-1514).
     #[arg(long, value_name = "B")]
     frame_size: Option<u16>,
+    /// short-connections: new connections per second (before --speed).
+    #[arg(long, value_name = "N")]
+    conn_rate: Option<f64>,
     /// Microsecond timestamps (default: nanoseconds).
     #[arg(long)]
     usec: bool,
@@ -134,12 +142,14 @@ fn generate(args: &GenArgs) -> Result<(), CliError> {
         PresetName::Campus4 => Preset::Campus4,
         PresetName::UdpFlows => Preset::UdpFlows,
         PresetName::Elephants => Preset::Elephants,
+        PresetName::ShortConnections => Preset::ShortConnections,
     };
     let mut config = GenConfig::new(preset);
     config.duration_s = args.duration;
     config.seed = args.seed;
     config.flows = args.flows;
     config.frame_size = args.frame_size;
+    config.connection_rate = args.conn_rate;
     if let Some(speed) = args.speed {
         config.speed = speed;
     }
