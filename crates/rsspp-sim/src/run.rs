@@ -39,6 +39,21 @@ pub struct RunOutput {
 }
 
 impl RunConfig {
+    /// `policies` over `workload` on `cores` processing cores, with the
+    /// default engine, cost model and policy settings and no Reframer.
+    pub fn new(workload: WorkloadConfig, cores: usize, policies: &[&str]) -> Self {
+        Self {
+            workload,
+            engine: EngineConfig::default(),
+            policy: PolicyConfig {
+                cores,
+                ..PolicyConfig::default()
+            },
+            policies: policies.iter().map(|s| s.to_string()).collect(),
+            reframer: None,
+        }
+    }
+
     /// Checks the cost model and builds every policy once, so that a bad
     /// name or setting is refused before anything runs.
     pub fn validate(&self) -> Result<Vec<Box<dyn Policy>>, SimError> {

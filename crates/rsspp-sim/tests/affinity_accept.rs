@@ -3,8 +3,6 @@
 //! mechanisms visible, leaves a balanced light load alone, reorders
 //! nothing, and a seed names one result.
 
-use rsspp_sim::engine::EngineConfig;
-use rsspp_sim::policy::PolicyConfig;
 use rsspp_sim::run::{run, RunConfig};
 use rsspp_sim::workload::{TraceSource, WorkloadConfig};
 use rsspp_sim::PolicyResult;
@@ -17,19 +15,9 @@ fn compare(speed: f64, skew: f64, seconds: f64, seed: u64) -> Vec<PolicyResult> 
     let source = TraceSource::preset(Preset::ShortConnections);
     let mut workload = WorkloadConfig::new(source, seconds, speed).unwrap();
     workload.seed = seed;
-    let mut engine = EngineConfig::default();
-    engine.cost.work_skew = skew;
-    let config = RunConfig {
-        workload,
-        engine,
-        policy: PolicyConfig {
-            cores: 4,
-            seed,
-            ..PolicyConfig::default()
-        },
-        policies: vec!["rss".into(), "affinity-accept".into()],
-        reframer: None,
-    };
+    let mut config = RunConfig::new(workload, 4, &["rss", "affinity-accept"]);
+    config.engine.cost.work_skew = skew;
+    config.policy.seed = seed;
     run(&config, |_| {}).unwrap().results
 }
 

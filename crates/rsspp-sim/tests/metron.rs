@@ -1,9 +1,6 @@
 //! `metron` on small runs of campus4: classes move only when a core is
 //! overloaded, and with auto-scaling the cores in use follow the load.
 
-use rsspp_sim::cost::CostModel;
-use rsspp_sim::engine::EngineConfig;
-use rsspp_sim::policy::PolicyConfig;
 use rsspp_sim::run::{run, RunConfig};
 use rsspp_sim::workload::{RateProfile, TraceSource, WorkloadConfig};
 use rsspp_sim::PolicyResult;
@@ -20,23 +17,9 @@ fn metron(
     let mut workload =
         WorkloadConfig::new(TraceSource::preset(Preset::Campus4), seconds, 1.0).unwrap();
     workload.rate = rate;
-    let config = RunConfig {
-        workload,
-        engine: EngineConfig {
-            cost: CostModel {
-                clock_ghz,
-                ..CostModel::default()
-            },
-            ..EngineConfig::default()
-        },
-        policy: PolicyConfig {
-            cores,
-            autoscale,
-            ..PolicyConfig::default()
-        },
-        policies: vec!["metron".into()],
-        reframer: None,
-    };
+    let mut config = RunConfig::new(workload, cores, &["metron"]);
+    config.engine.cost.clock_ghz = clock_ghz;
+    config.policy.autoscale = autoscale;
     run(&config, |_| {}).unwrap().results.remove(0)
 }
 

@@ -2,7 +2,6 @@
 //! among mice (`elephants`), where RSS may hash two elephants to one core.
 
 use rsspp_core::{bucket_of, IndirectionTable};
-use rsspp_sim::engine::EngineConfig;
 use rsspp_sim::policy::PolicyConfig;
 use rsspp_sim::run::{run, RunConfig};
 use rsspp_sim::workload::{TraceSource, Workload, WorkloadConfig};
@@ -18,17 +17,9 @@ fn config(duration_s: f64, policies: &[&str]) -> RunConfig {
     let mut workload =
         WorkloadConfig::new(TraceSource::preset(Preset::Elephants), duration_s, 1.0).unwrap();
     workload.seed = SEED;
-    RunConfig {
-        workload,
-        engine: EngineConfig::default(),
-        policy: PolicyConfig {
-            cores: CORES,
-            seed: SEED,
-            ..PolicyConfig::default()
-        },
-        policies: policies.iter().map(|s| s.to_string()).collect(),
-        reframer: None,
-    }
+    let mut config = RunConfig::new(workload, CORES, policies);
+    config.policy.seed = SEED;
+    config
 }
 
 fn summary<'a>(results: &'a [PolicyResult], name: &str) -> &'a PolicySummary {

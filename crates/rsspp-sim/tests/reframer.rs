@@ -9,8 +9,6 @@
 //! packet is small (W = 50) so state access weighs as in a memory-bound NF
 //! chain.
 
-use rsspp_sim::engine::EngineConfig;
-use rsspp_sim::policy::PolicyConfig;
 use rsspp_sim::reframer::ReframerConfig;
 use rsspp_sim::run::{run, RunConfig};
 use rsspp_sim::workload::{TraceSource, WorkloadConfig};
@@ -18,19 +16,11 @@ use rsspp_sim::PolicySummary;
 use rsspp_trace::Preset;
 
 fn simulate(buffer_us: Option<u64>) -> (String, PolicySummary) {
-    let mut engine = EngineConfig::default();
-    engine.cost.work = 50;
-    engine.cost.cache_flows = 1;
-    let config = RunConfig {
-        workload: WorkloadConfig::new(TraceSource::preset(Preset::Campus4), 0.15, 1.0).unwrap(),
-        engine,
-        policy: PolicyConfig {
-            cores: 8,
-            ..PolicyConfig::default()
-        },
-        policies: vec!["rss".into()],
-        reframer: buffer_us.map(|us| ReframerConfig::new(us).unwrap()),
-    };
+    let workload = WorkloadConfig::new(TraceSource::preset(Preset::Campus4), 0.15, 1.0).unwrap();
+    let mut config = RunConfig::new(workload, 8, &["rss"]);
+    config.engine.cost.work = 50;
+    config.engine.cost.cache_flows = 1;
+    config.reframer = buffer_us.map(|us| ReframerConfig::new(us).unwrap());
     let out = run(&config, |_| {}).unwrap();
     let r = out.results.into_iter().next().unwrap();
     (r.name, r.summary)

@@ -25,22 +25,13 @@ fn config(
     clock_ghz: f64,
     cores: usize,
 ) -> RunConfig {
-    RunConfig {
-        workload: WorkloadConfig::new(source, seconds, speed).unwrap(),
-        engine: EngineConfig {
-            cost: CostModel {
-                clock_ghz,
-                ..CostModel::default()
-            },
-            ..EngineConfig::default()
-        },
-        policy: PolicyConfig {
-            cores,
-            ..PolicyConfig::default()
-        },
-        policies: Vec::new(),
-        reframer: None,
-    }
+    let mut config = RunConfig::new(
+        WorkloadConfig::new(source, seconds, speed).unwrap(),
+        cores,
+        &[],
+    );
+    config.engine.cost.clock_ghz = clock_ghz;
+    config
 }
 
 /// campus4 at an eighth of its rate on 8 cores slowed to keep them about

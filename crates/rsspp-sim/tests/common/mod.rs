@@ -3,8 +3,6 @@
 #![allow(dead_code)]
 
 use rsspp_sim::cost::StateTable;
-use rsspp_sim::engine::EngineConfig;
-use rsspp_sim::policy::PolicyConfig;
 use rsspp_sim::run::{run, speed_for_load, RunConfig};
 use rsspp_sim::workload::{RateProfile, TraceSource, WorkloadConfig};
 use rsspp_sim::{PolicyResult, PolicySummary};
@@ -12,16 +10,11 @@ use rsspp_trace::Preset;
 
 /// A run of `policies` on `source` over `cores` cores for `duration_s`.
 pub fn config(source: TraceSource, cores: usize, duration_s: f64, policies: &[&str]) -> RunConfig {
-    RunConfig {
-        workload: WorkloadConfig::new(source, duration_s, 1.0).unwrap(),
-        engine: EngineConfig::default(),
-        policy: PolicyConfig {
-            cores,
-            ..PolicyConfig::default()
-        },
-        policies: policies.iter().map(|s| s.to_string()).collect(),
-        reframer: None,
-    }
+    RunConfig::new(
+        WorkloadConfig::new(source, duration_s, 1.0).unwrap(),
+        cores,
+        policies,
+    )
 }
 
 /// Campus #4 on `cores` cores.
