@@ -367,6 +367,18 @@ impl System<'_> {
         self.sh.cores[core].busy_at(self.now)
     }
 
+    /// When `core` finishes the batch it is processing (now if it is idle):
+    /// a batch is costed when it starts, so its packets are taken and
+    /// accounted for, but the core is not done with them before then.
+    pub fn busy_until(&self, core: usize) -> Ns {
+        let c = &self.sh.cores[core];
+        if c.scheduled {
+            c.batch_end.max(self.now)
+        } else {
+            self.now
+        }
+    }
+
     /// The queues (lengths and counters).
     pub fn queues(&self) -> &Queues {
         &self.sh.queues

@@ -30,23 +30,33 @@ fn high_load_rsspp_drops_far_less_with_lower_tail_latency() {
     assert_eq!(rsspp.reordered, 0);
 }
 
-/// Figure 12 (the RSS/RSS++/Sprayer part): Sprayer is fairest, RSS++ is
-/// several times fairer than RSS.
+/// Figure 12: on Campus #4 at 8 cores, software round-robin and Sprayer
+/// are the fairest, RSS++ is several times fairer than RSS, and stateful
+/// software dispatching and Metron are less fair than RSS++. The trace is
+/// replayed at an eighth of its rate on cores slowed to 0.3 GHz: the same
+/// load (about half) with eight times fewer packets to simulate.
 #[test]
-fn rsspp_is_several_times_fairer_than_rss() {
-    let r = results(&at_load(campus4(8, 3.0, &["rss", "rsspp", "sprayer"]), 0.5));
-    let (rss, rsspp, sprayer) = (
-        summary(&r, "rss"),
-        summary(&r, "rsspp"),
-        summary(&r, "sprayer"),
-    );
+fn fairness_of_every_method() {
+    let mut config = at_speed(campus4(8, 2.2, rsspp_sim::policy::POLICY_NAMES), 0.125);
+    config.engine.cost.clock_ghz = 0.3;
+    let r = results(&config);
+    let imbalance = |name: &str| summary(&r, name).imbalance_median;
+    let mut ranked: Vec<(&str, f64)> = r
+        .iter()
+        .map(|p| (p.name.as_str(), imbalance(&p.name)))
+        .collect();
+    ranked.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let fairest: Vec<&str> = ranked[..2].iter().map(|p| p.0).collect();
     assert!(
-        rsspp.imbalance_median * 4.0 < rss.imbalance_median,
-        "RSS++ {}% vs RSS {}%",
-        rsspp.imbalance_median,
-        rss.imbalance_median
+        fairest.contains(&"sw-rr") && fairest.contains(&"sprayer"),
+        "{ranked:?}"
     );
-    assert!(sprayer.imbalance_median < rsspp.imbalance_median.max(1.0));
+    assert!(imbalance("rsspp") * 4.0 < imbalance("rss"), "{ranked:?}");
+    for worse in ["sw-stateful-rr", "sw-stateful-load", "metron"] {
+        assert!(imbalance(worse) > imbalance("rsspp"), "{worse}: {ranked:?}");
+    }
+    let load = summary(&r, "rss").avg_load;
+    assert!((0.3..0.7).contains(&load), "load {load}");
 }
 
 /// Figure 15: with few flows Sprayer reorders a large share of packets
@@ -90,22 +100,26 @@ fn same_seed_same_results() {
     assert_eq!(results(&config), results(&config));
 }
 
-/// Figure 11 (the RSS++ part): on a ramp up and down of the offered load,
-/// auto-scaling RSS++ follows the load with far fewer cores on average than
-/// static RSS, at the same throughput.
+/// Figure 11: on a ramp up and down of the offered load, auto-scaling
+/// RSS++ follows the load with far fewer cores on average than static RSS
+/// and fewer than Metron's scaling, at the same throughput.
 #[test]
 fn autoscaling_follows_a_ramp_with_fewer_cores() {
-    let mut config = campus4(8, 4.0, &["rss", "rsspp-autoscale"]);
+    let mut config = campus4(8, 4.0, &["rss", "rsspp-autoscale", "metron-autoscale"]);
     let peak = common::speed_for(&config, 0.5);
     config.workload.rate = rsspp_sim::workload::RateProfile::ramp(4.0, peak * 0.15, peak).unwrap();
     let r = results(&config);
-    let (rss, scaled) = (summary(&r, "rss"), summary(&r, "rsspp-autoscale"));
+    let rss = summary(&r, "rss");
+    let scaled = summary(&r, "rsspp-autoscale");
+    let metron = summary(&r, "metron-autoscale");
     assert_eq!(rss.avg_cores, 8.0);
     assert!(
-        scaled.avg_cores < 5.0,
-        "avg cores {} {:?}",
+        scaled.avg_cores < 5.0 && scaled.avg_cores < metron.avg_cores,
+        "RSS++ {} cores {:?}, Metron {} cores {:?}",
         scaled.avg_cores,
-        r[1].timeline.active_cores
+        r[1].timeline.active_cores,
+        metron.avg_cores,
+        r[2].timeline.active_cores
     );
     assert!(
         scaled.processed as f64 >= 0.999 * rss.processed as f64,
@@ -116,5 +130,7 @@ fn autoscaling_follows_a_ramp_with_fewer_cores() {
     let cores = &r[1].timeline.active_cores;
     let (low, high) = (cores[2], *cores.iter().max().unwrap());
     assert!(low < high, "cores over time {cores:?}");
-    assert!(summary(&r, "rsspp-autoscale").mechanisms["cores_removed"] > 0);
+    assert!(scaled.mechanisms["cores_removed"] > 0);
+    // Buckets moved to and from cores that come and go, in order.
+    assert_eq!(scaled.reordered, 0);
 }

@@ -305,7 +305,11 @@ impl Metron {
 
 impl Policy for Metron {
     fn name(&self) -> String {
-        "metron".into()
+        if self.autoscale {
+            "metron-autoscale".into()
+        } else {
+            "metron".into()
+        }
     }
 
     fn topology(&self) -> Topology {

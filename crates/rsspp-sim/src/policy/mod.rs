@@ -148,7 +148,8 @@ pub trait Policy: Send {
     }
 }
 
-/// The names `rsspp compare --policies` accepts, in the order of the report.
+/// The policies `rsspp compare` runs by default, in the order of the report.
+/// `--autoscale` makes the ones that can scale do so.
 pub const POLICY_NAMES: &[&str] = &[
     "rss",
     "rsspp",
@@ -162,27 +163,33 @@ pub const POLICY_NAMES: &[&str] = &[
     "orss",
 ];
 
+/// Names for the scaling variants, so that a run can compare them with the
+/// fixed-core policies (the RSS++ paper's Figure 11).
+pub const AUTOSCALING_NAMES: &[&str] = &["rsspp-autoscale", "metron-autoscale"];
+
 /// Builds the policy called `name`.
 pub fn build(name: &str, config: &PolicyConfig) -> Result<Box<dyn Policy>, crate::SimError> {
+    let autoscaling = PolicyConfig {
+        autoscale: true,
+        ..config.clone()
+    };
     let policy: Box<dyn Policy> = match name {
         "rss" => Box::new(rss::Rss::new(config)?),
         "rsspp" => Box::new(rsspp::RssPlusPlus::new(config)?),
-        "rsspp-autoscale" => Box::new(rsspp::RssPlusPlus::new(&PolicyConfig {
-            autoscale: true,
-            ..config.clone()
-        })?),
+        "rsspp-autoscale" => Box::new(rsspp::RssPlusPlus::new(&autoscaling)?),
         "sprayer" => Box::new(sprayer::Sprayer::new(config)),
         "sw-shared" => Box::new(sw_shared::SwShared::new(config)?),
         "sw-rr" => Box::new(sw_rr::SwRr::new(config)?),
         "sw-stateful-rr" => Box::new(sw_stateful_rr::SwStatefulRr::new(config)?),
         "sw-stateful-load" => Box::new(sw_stateful_load::SwStatefulLoad::new(config)?),
         "metron" => Box::new(metron::Metron::new(config)?),
+        "metron-autoscale" => Box::new(metron::Metron::new(&autoscaling)?),
         "orss" => Box::new(orss::Orss::new(config)?),
         "affinity-accept" => Box::new(affinity_accept::AffinityAccept::new(config)?),
         _ => {
             return Err(crate::SimError::UnknownPolicy {
                 name: name.to_string(),
-                known: POLICY_NAMES.join(", "),
+                known: [POLICY_NAMES, AUTOSCALING_NAMES].concat().join(", "),
             })
         }
     };

@@ -12,9 +12,12 @@
 //! - a plan reaches the NIC after `PolicyConfig::table_update_ns` (about
 //!   20 µs on Intel NICs); at that instant the coordinator reads the NIC's
 //!   per-queue receive counters for the first release condition;
-//! - a table handed over is accepted by the new core at once, and the
-//!   packets it parked meanwhile are processed (and their time charged) when
-//!   that core next polls;
+//! - a batch is costed when it starts, but the core is not done with its
+//!   packets before the batch ends: a table released by the old core
+//!   reaches the new one at the end of the batch that released it (or of
+//!   the batch in progress when the command came); the new core then
+//!   processes the packets it parked at its next poll, before anything
+//!   else, and their time is charged to it;
 //! - no new plan is applied while a bucket of the previous one is still
 //!   migrating (the coordinator would refuse it): the round is retried 1 ms
 //!   later.
@@ -24,7 +27,8 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use rsspp_core::state::{
-    BucketWorker, FlowHandler, FlowPacket, MigrationCoordinator, Outbox, TableConfig, Worker,
+    BucketWorker, FlowHandler, FlowPacket, Handoff, MigrationCoordinator, Outbox, TableConfig,
+    Worker,
 };
 use rsspp_core::{
     bucket_of, ControlConfig, ControlLoop, FlowKey, IndirectionTable, MigrationPlan, ScalingAction,
@@ -112,6 +116,8 @@ pub struct RssPlusPlus {
     active: Vec<bool>,
     topology: Topology,
     outbox: Outbox<u32>,
+    /// Tables released by their old owner, with the instant they arrive.
+    in_flight: Vec<(Ns, Handoff<u32>)>,
     scratch: Vec<KeyedPacket>,
     rounds: u64,
     plans: u64,
@@ -163,6 +169,7 @@ impl RssPlusPlus {
             nic_table: table,
             topology: Topology::hardware(cores, config.queue_size),
             outbox: Outbox::default(),
+            in_flight: Vec::new(),
             scratch: Vec::with_capacity(64),
             rounds: 0,
             plans: 0,
@@ -174,29 +181,44 @@ impl RssPlusPlus {
         })
     }
 
-    /// Delivers tables released by old owners to their new owners (whose
-    /// parked packets then run), and reports completed moves.
-    fn deliver(&mut self, now: Ns, wake: &mut dyn FnMut(usize)) {
-        while !self.outbox.is_empty() {
-            let mut out = std::mem::take(&mut self.outbox);
-            for handoff in out.handoffs.drain(..) {
-                let to = handoff.to;
-                if let Err(rejected) = self.workers[to].accept(handoff, now, &mut self.outbox) {
-                    // The protocol never sends a table to the wrong core;
-                    // if it did, the run would be wrong: stop loudly.
-                    panic!("rsspp: handoff refused: {rejected}");
-                }
-                let done = &mut self.workers[to].handler_mut().done;
-                if !done.is_empty() {
-                    self.deferred[to].append(done);
-                    wake(to);
-                }
+    /// Takes what the workers put in the outbox: tables released by an old
+    /// owner leave at `at`, when that core has finished the batch whose
+    /// packets it processed before letting go; completed moves are
+    /// reported to the coordinator.
+    fn collect(&mut self, at: Ns) {
+        let out = std::mem::take(&mut self.outbox);
+        for handoff in out.handoffs {
+            self.in_flight.push((at, handoff));
+        }
+        for completed in out.completed {
+            self.coordinator
+                .complete(completed)
+                .expect("a completion for a move in flight");
+        }
+    }
+
+    /// Hands every table due by `now` to its new owner, whose parked
+    /// packets then run at its next poll.
+    fn deliver_due(&mut self, now: Ns, sys: &mut System<'_>) {
+        let mut i = 0;
+        while i < self.in_flight.len() {
+            if self.in_flight[i].0 > now {
+                i += 1;
+                continue;
             }
-            for completed in out.completed.drain(..) {
-                self.coordinator
-                    .complete(completed)
-                    .expect("a completion for a move in flight");
+            let (_, handoff) = self.in_flight.swap_remove(i);
+            let to = handoff.to;
+            if let Err(rejected) = self.workers[to].accept(handoff, now, &mut self.outbox) {
+                // The protocol never sends a table to the wrong core; if it
+                // did, the run would be wrong: stop loudly.
+                panic!("rsspp: handoff refused: {rejected}");
             }
+            let done = &mut self.workers[to].handler_mut().done;
+            if !done.is_empty() {
+                self.deferred[to].append(done);
+                sys.wake(to);
+            }
+            self.collect(now);
         }
     }
 
@@ -278,8 +300,11 @@ impl RssPlusPlus {
             self.workers[core]
                 .command(command, now, &mut self.outbox)
                 .expect("the coordinator's commands fit the workers");
+            // A table released at once still waits for the batch in progress.
+            let at = sys.busy_until(core);
+            self.collect(at);
         }
-        self.deliver(now, &mut |core| sys.wake(core));
+        self.deliver_due(now, sys);
     }
 }
 
@@ -327,8 +352,7 @@ impl Policy for RssPlusPlus {
         let mut done = done;
         done.clear();
         self.workers[core].handler_mut().done = done;
-        let now = cpu.now();
-        self.deliver(now, &mut |c| cpu.wake(c));
+        self.collect(cpu.now());
     }
 
     fn has_work(&self, core: usize) -> bool {
@@ -336,13 +360,21 @@ impl Policy for RssPlusPlus {
     }
 
     fn next_timer(&self) -> Option<Ns> {
-        Some(match &self.switch {
-            Some((at, _)) => (*at).min(self.next_round),
-            None => self.next_round,
-        })
+        let mut next = self.next_round;
+        if let Some((at, _)) = &self.switch {
+            next = next.min(*at);
+        }
+        for (at, _) in &self.in_flight {
+            next = next.min(*at);
+        }
+        Some(next)
     }
 
     fn timer(&mut self, now: Ns, sys: &mut System<'_>) {
+        if self.in_flight.iter().any(|(at, _)| *at <= now) {
+            self.deliver_due(now, sys);
+            return;
+        }
         if let Some((at, _)) = &self.switch {
             if *at <= now {
                 let (_, plan) = self.switch.take().expect("checked");

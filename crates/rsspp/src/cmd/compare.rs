@@ -145,6 +145,11 @@ pub struct CompareArgs {
     /// Indirection table size.
     #[arg(long, default_value_t = 512, value_name = "N")]
     reta_size: usize,
+    /// Replay along the RSS++ paper's Figure 11 shape: the rate climbs from
+    /// 15% to the full speed (--load/--speed) over the first quarter, holds
+    /// for a quarter, and falls back over the second half.
+    #[arg(long, conflicts_with = "sweep")]
+    ramp: bool,
     /// Let the policies that can scale add and remove cores.
     #[arg(long)]
     autoscale: bool,
@@ -308,12 +313,14 @@ pub fn run_compare(args: &CompareArgs) -> Result<(), CliError> {
     let show_progress = std::io::stderr().is_terminal();
     let speed = match args.speed {
         Some(s) => s,
-        None => {
-            let s = speed_for_load(&config, args.load).map_err(sim_error)?;
-            config.workload.rate = RateProfile::constant(s).map_err(sim_error)?;
-            s
-        }
+        None => speed_for_load(&config, args.load).map_err(sim_error)?,
     };
+    config.workload.rate = if args.ramp {
+        RateProfile::ramp(args.duration, speed * RAMP_LOW, speed)
+    } else {
+        RateProfile::constant(speed)
+    }
+    .map_err(sim_error)?;
     let duration = args.duration;
     let out = run(&config, |t| {
         if show_progress {
@@ -387,6 +394,9 @@ pub fn run_compare(args: &CompareArgs) -> Result<(), CliError> {
     }
     Ok(())
 }
+
+/// Lowest rate of `--ramp`, relative to its peak.
+const RAMP_LOW: f64 = 0.15;
 
 /// `--json`: the whole comparison, plus its table keyed by policy name
 /// (`.summary.rsspp.latency_p95_us`).
