@@ -305,6 +305,12 @@ impl Cpu<'_> {
         self.sh.finish(self.core, p, at);
     }
 
+    /// Waits (busy) until `t`: another core has not finished with what this
+    /// one needs next.
+    pub fn wait_until(&mut self, t: Ns) {
+        self.now = self.now.max(t);
+    }
+
     /// Spends `cycles` on the policy's own work (dispatching, bookkeeping).
     pub fn charge(&mut self, cycles: u64) {
         self.now += self.sh.config.cost.ns(cycles);

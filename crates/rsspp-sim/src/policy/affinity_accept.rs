@@ -133,6 +133,8 @@ struct Flow {
     queued: u32,
     /// Packets waiting with a connection not accepted yet.
     parked: List,
+    /// When the last of its packets processed so far finishes.
+    done_at: Ns,
 }
 
 impl Default for Flow {
@@ -143,6 +145,7 @@ impl Default for Flow {
             generation: 0,
             queued: 0,
             parked: List::default(),
+            done_at: 0,
         }
     }
 }

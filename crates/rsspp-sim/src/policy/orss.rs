@@ -40,12 +40,16 @@
 //!   3. the policy counts, per flow, the packets it steered into a queue and
 //!      that were not processed yet (it mirrors the queue lengths to know
 //!      which steered packets the engine accepted). When A processes the
-//!      last of `f`'s packets it holds, the buffer is released: B processes
-//!      it before anything else, and `f` is B's.
+//!      last of `f`'s packets it holds, the buffer is released at the
+//!      instant that packet finishes (A's batch is costed when it starts,
+//!      so the release waits for the packet's finishing time, not the
+//!      batch's start): B processes it before anything else, and `f` is
+//!      B's.
 //!
-//!   If A holds none of `f`'s packets when the rule takes effect, the move
-//!   is immediate. *Choice*: the release is notified at once; the thesis's
-//!   NIC learns it at its next poll of A's packet counter.
+//!   If A holds none of `f`'s packets, and has finished the last one it
+//!   took, when the rule takes effect, the move is immediate. *Choice*: the
+//!   release is notified at that instant; the thesis's NIC learns it at its
+//!   next poll of A's packet counter.
 //! - **Host cost**: [`OrssParams::host_cycles`] per packet (the flow id
 //!   written to the DMA-shared slot before and cleared after, the packet
 //!   counter, the check of incoming migrations, §4.2.2) and
@@ -147,6 +151,9 @@ struct FlowEntry {
     queued: u32,
     /// Its migration under way (index into `migrations`), or `NONE`.
     migration: u32,
+    /// When the last of its packets taken by a core finishes (a batch is
+    /// costed when it starts: its packets are taken, not yet done).
+    done_at: Ns,
 }
 
 impl Default for FlowEntry {
@@ -155,6 +162,7 @@ impl Default for FlowEntry {
             core: UNPLACED,
             queued: 0,
             migration: NONE,
+            done_at: 0,
         }
     }
 }
@@ -176,6 +184,9 @@ struct Migration {
     /// Packets steered to the destination's queue, not polled yet.
     in_dest_queue: u32,
     buffer: Vec<SimPacket>,
+    /// The source holds no packet of the flow any more: when its last one
+    /// finishes, the buffer goes to the destination.
+    release_at: Option<Ns>,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -213,6 +224,8 @@ pub struct Orss {
     loads: FlowLoads,
     balancer: Balancer,
     next_round: Ns,
+    /// Migrations whose source is done, by the instant it finishes.
+    releases: Vec<(Ns, u32)>,
     /// Per core: the flow core reduction left alone on it last round.
     isolated: Vec<u32>,
     estimates: Vec<(u32, f64)>,
@@ -265,6 +278,7 @@ impl Orss {
             loads: FlowLoads::new(polls as u32),
             balancer: Balancer::new(params.balancer),
             next_round: params.round_ns,
+            releases: Vec::new(),
             isolated: vec![NONE; workers],
             estimates: Vec::new(),
             view: Vec::new(),
@@ -323,6 +337,7 @@ impl Orss {
             to: to as u16,
             effective_at: now + self.table_update_ns,
             phase: Phase::Pending,
+            release_at: None,
             in_dest_queue: 0,
             buffer: Vec::new(),
         };
@@ -340,9 +355,17 @@ impl Orss {
         self.flows[flow as usize].migration = id;
     }
 
-    /// The source core processed the last packet of `flow` it held: the
-    /// buffer goes to the destination, which owns the flow from now on.
-    fn release(&mut self, flow: u32, cpu: &mut Cpu<'_>) {
+    /// The source core took the last packet of `flow` it held: once that
+    /// packet finishes, the buffer goes to the destination.
+    fn schedule_release(&mut self, flow: u32) {
+        let e = self.flows[flow as usize];
+        self.migrations[e.migration as usize].release_at = Some(e.done_at);
+        self.releases.push((e.done_at, flow));
+    }
+
+    /// The source has finished every packet of `flow` it held: the buffer
+    /// goes to the destination, which owns the flow from now on.
+    fn release(&mut self, flow: u32, sys: &mut System<'_>) {
         let id = self.flows[flow as usize].migration;
         let m = &mut self.migrations[id as usize];
         let to = usize::from(m.to);
@@ -353,7 +376,7 @@ impl Orss {
         e.queued = m.in_dest_queue;
         if !m.buffer.is_empty() {
             self.ready[to].append(&mut m.buffer);
-            cpu.wake(to);
+            sys.wake(to);
         }
         self.end_migration(flow);
     }
@@ -451,13 +474,17 @@ impl Policy for Orss {
         if e.migration != NONE {
             let m = &mut self.migrations[e.migration as usize];
             if m.phase == Phase::Pending && now >= m.effective_at {
-                if e.queued == 0 {
+                if e.queued == 0 && e.done_at <= now {
                     // The source holds nothing of the flow: move at once.
                     self.flows[f].core = m.to;
                     self.end_migration(p.flow);
                 } else {
                     m.phase = Phase::Buffering;
                     self.counters.buffered_migrations += 1;
+                    if e.queued == 0 {
+                        // Only a packet in a batch in progress is left.
+                        self.schedule_release(p.flow);
+                    }
                 }
             }
             let e = self.flows[f];
@@ -507,6 +534,7 @@ impl Policy for Orss {
             let mut ready = std::mem::take(&mut self.ready[core]);
             for p in &ready {
                 self.run(p, cpu);
+                self.flows[p.flow as usize].done_at = cpu.now();
             }
             ready.clear();
             self.ready[core] = ready;
@@ -535,11 +563,12 @@ impl Policy for Orss {
             self.run(p, cpu);
             let e = &mut self.flows[f];
             e.queued = e.queued.saturating_sub(1);
+            e.done_at = cpu.now();
             if e.queued == 0 && e.migration != NONE {
                 let m = &self.migrations[e.migration as usize];
-                if m.phase == Phase::Buffering {
+                if m.phase == Phase::Buffering && m.release_at.is_none() {
                     debug_assert_ne!(usize::from(m.to), core);
-                    self.release(p.flow, cpu);
+                    self.schedule_release(p.flow);
                 }
             }
         }
@@ -550,10 +579,23 @@ impl Policy for Orss {
     }
 
     fn next_timer(&self) -> Option<Ns> {
-        Some(self.next_round)
+        let release = self.releases.iter().map(|&(at, _)| at).min();
+        Some(release.map_or(self.next_round, |at| at.min(self.next_round)))
     }
 
-    fn timer(&mut self, now: Ns, _sys: &mut System<'_>) {
+    fn timer(&mut self, now: Ns, sys: &mut System<'_>) {
+        if self.releases.iter().any(|&(at, _)| at <= now) {
+            let mut i = 0;
+            while i < self.releases.len() {
+                if self.releases[i].0 <= now {
+                    let (_, flow) = self.releases.swap_remove(i);
+                    self.release(flow, sys);
+                } else {
+                    i += 1;
+                }
+            }
+            return;
+        }
         self.next_round = now + self.params.round_ns;
         self.round(now);
     }

@@ -24,7 +24,13 @@ impl AffinityAccept {
         } else {
             0
         };
+        // A flow whose previous packet another core is still processing (a
+        // batch is costed when it starts, so that packet was taken earlier
+        // but finishes later): its socket is locked until then.
+        let f = &mut self.flows[p.flow as usize];
+        cpu.wait_until(f.done_at);
         cpu.process_with(p, StateTable::Sharded, extra);
+        self.flows[p.flow as usize].done_at = cpu.now();
     }
 
     /// The application of `core` runs its backlog, up to a batch of packets
