@@ -671,7 +671,13 @@ impl Engine {
         if counts.len() >= 2 && counts.iter().any(|&c| c > 0) {
             let max = *counts.iter().max().expect("non-empty") as f64;
             let min = *counts.iter().min().expect("non-empty") as f64;
-            self.imbalance.push((max - min) / min.max(1.0) * 100.0);
+            // A core that processed nothing while others worked: the ratio
+            // is unbounded (fewer flows than cores, say).
+            self.imbalance.push(if min == 0.0 {
+                f64::INFINITY
+            } else {
+                (max - min) / min * 100.0
+            });
         }
         for c in &mut self.sh.cores {
             c.done_second = 0;

@@ -10,7 +10,8 @@ use serde::{Deserialize, Serialize};
 pub struct PolicySummary {
     /// Median over 1-second samples of (max − min) / min packets per queue,
     /// in percent (the RSS++ paper's Figure 12 metric). Only cores that were
-    /// active during the whole sample count.
+    /// active during the whole sample count. Infinite (`null` in JSON) when
+    /// in most samples some core processed nothing while others worked.
     pub imbalance_median: f64,
     /// Latency (queueing + service), microseconds, 50th percentile.
     pub latency_p50_us: f64,

@@ -9,7 +9,11 @@ use rsspp_sim::policy::{AUTOSCALING_NAMES, POLICY_NAMES};
 
 #[test]
 fn packets_are_conserved_and_flow_aware_policies_keep_order() {
-    let names: Vec<&str> = POLICY_NAMES.iter().chain(AUTOSCALING_NAMES).copied().collect();
+    let names: Vec<&str> = POLICY_NAMES
+        .iter()
+        .chain(AUTOSCALING_NAMES)
+        .copied()
+        .collect();
     // An eighth of campus4's rate on cores slowed to 0.3 GHz at a high
     // load: queues build up, and the dynamic policies move things around.
     let mut config = at_speed(campus4(8, 1.5, &names), 0.2);

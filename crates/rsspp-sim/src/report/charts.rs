@@ -416,6 +416,21 @@ pub fn imbalance(policies: &[PolicyResult]) -> String {
             "ll",
             &short(&p.name, NAME_CHARS),
         );
+        if median.is_infinite() {
+            // Some core processed nothing while others worked, in most
+            // seconds (fewer flows than cores): no bar can show it.
+            svg.text(
+                area.left + 8.0,
+                cy + 4.0,
+                "start",
+                "vl",
+                &format!(
+                    "∞: a core processed nothing while others worked ({} s)",
+                    p.imbalance_samples.len()
+                ),
+            );
+            continue;
+        }
         svg.rect(
             area.left,
             cy - 9.0,

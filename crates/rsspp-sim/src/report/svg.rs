@@ -50,6 +50,9 @@ pub fn int(n: u64) -> String {
 
 /// A measurement with precision suited to its size (`–` when not finite).
 pub fn num(x: f64) -> String {
+    if x == f64::INFINITY {
+        return "∞".into();
+    }
     if !x.is_finite() {
         return "–".into();
     }
@@ -68,6 +71,9 @@ pub fn num(x: f64) -> String {
 
 /// A fraction as a percentage with precision suited to its size.
 pub fn pct(fraction: f64) -> String {
+    if fraction == f64::INFINITY {
+        return "∞".into();
+    }
     if !fraction.is_finite() {
         return "–".into();
     }
