@@ -26,10 +26,11 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("simulate");
     group
         .sample_size(10)
-        .measurement_time(Duration::from_secs(8))
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(4))
         .throughput(Throughput::Elements(packets.len() as u64));
     let config = PolicyConfig::default();
-    for name in ["rss", "rsspp", "sprayer"] {
+    for &name in policy::POLICY_NAMES {
         group.bench_function(name, |b| {
             b.iter(|| {
                 let mut engine = Engine::new(
