@@ -1,5 +1,6 @@
 //! `rsspp compare` on real binaries: its inputs (a pcap from `rsspp trace
-//! gen`, the options) and its refusals.
+//! gen`, presets, options), the policies' own counters, and its refusals.
+//! Every run here passes `--no-report`: tests write nothing into the tree.
 
 use assert_cmd::Command;
 use predicates::prelude::*;
@@ -9,12 +10,21 @@ fn rsspp() -> Command {
     Command::cargo_bin("rsspp").unwrap()
 }
 
+/// `rsspp compare --no-report` with `args`.
+fn compare(args: &[&str]) -> Command {
+    let mut cmd = rsspp();
+    cmd.arg("compare").args(args).arg("--no-report");
+    cmd
+}
+
+fn json_of(cmd: &mut Command) -> Value {
+    let out = cmd.assert().success().get_output().stdout.clone();
+    serde_json::from_slice(&out).unwrap()
+}
+
 /// Bad input: exit code 1, nothing on stdout, `message` on stderr, no panic.
 fn refused(args: &[&str], message: &str) {
-    rsspp()
-        .arg("compare")
-        .args(args)
-        .args(["--no-report"])
+    compare(args)
         .assert()
         .failure()
         .code(1)
@@ -31,16 +41,11 @@ fn a_pcap_replays_through_every_named_policy() {
         .args(["-o", pcap.to_str().unwrap()])
         .assert()
         .success();
-    let out = rsspp()
-        .args(["compare", "--trace", pcap.to_str().unwrap()])
-        .args(["--policies", "rss,rsspp", "--cores", "4", "--duration", "1"])
-        .args(["--load", "0.7", "--json", "--no-report"])
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
-    let v: Value = serde_json::from_slice(&out).unwrap();
+    let v = json_of(
+        compare(&["--trace", pcap.to_str().unwrap()])
+            .args(["--policies", "rss,rsspp", "--cores", "4", "--duration", "1"])
+            .args(["--load", "0.7", "--json"]),
+    );
     assert_eq!(v["cores"], 4);
     assert!(v["workload"].as_str().unwrap().ends_with("elephants.pcap"));
     let policies = v["policies"].as_array().unwrap();
@@ -65,9 +70,8 @@ fn a_pcap_replays_through_every_named_policy() {
 
 #[test]
 fn the_table_names_every_policy() {
-    rsspp()
-        .args(["compare", "--policies", "rss,sprayer", "--duration", "0.5"])
-        .args(["--preset", "campus", "--cores", "2", "--no-report"])
+    compare(&["--policies", "rss,sprayer", "--duration", "0.5"])
+        .args(["--preset", "campus", "--cores", "2"])
         .assert()
         .success()
         .stdout(
@@ -116,4 +120,76 @@ fn tempdir() -> std::path::PathBuf {
     ));
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+#[test]
+fn affinity_accept_runs_on_short_connections_and_reports_its_counters() {
+    let v = json_of(&mut compare(&[
+        "--preset",
+        "short-connections",
+        "--work-skew",
+        "2",
+        "--policies",
+        "rss,affinity-accept",
+        "--cores",
+        "2",
+        "--speed",
+        "0.5",
+        "--duration",
+        "0.2",
+        "--json",
+    ]));
+    assert_eq!(v["workload"], "preset short-connections");
+    let aa = &v["policies"][1];
+    assert_eq!(aa["name"], "affinity-accept");
+    let m = &aa["summary"]["mechanisms"];
+    for key in [
+        "steals",
+        "flow_group_migrations",
+        "busy_transitions",
+        "forwarded_packets",
+        "accept_queue_drops",
+    ] {
+        assert!(m[key].is_u64(), "{key} missing from {m}");
+    }
+    assert!(m["connections_accepted"].as_u64().unwrap() > 5_000, "{m}");
+    assert_eq!(aa["summary"]["reordered"], 0);
+}
+
+#[test]
+fn reframer_runs_in_front_of_the_policy_and_reports_its_counters() {
+    let v = json_of(&mut compare(&[
+        "--policies",
+        "rss",
+        "--speed",
+        "1",
+        "--duration",
+        "0.05",
+        "--reframer",
+        "64",
+        "--cache-flows",
+        "1",
+        "--json",
+    ]));
+    let row = &v["policies"][0];
+    assert_eq!(row["name"], "rss+reframer");
+    let m = &row["summary"]["mechanisms"];
+    for key in [
+        "reframer_buffered",
+        "reframer_flush_timeout",
+        "reframer_mean_batch_x1000",
+        "slf_x1000",
+    ] {
+        assert!(m[key].as_u64().unwrap() > 0, "{key}: {}", m[key]);
+    }
+}
+
+#[test]
+fn bad_reframer_and_cache_settings_are_refused() {
+    let reframer = "--reframer must be between 1 and 10000 µs";
+    let cache = "--cache-flows must be a power of two";
+    refused(&["--reframer", "0"], reframer);
+    refused(&["--reframer", "20000"], reframer);
+    refused(&["--cache-flows", "3"], cache);
+    refused(&["--cache-flows", "0"], cache);
 }
