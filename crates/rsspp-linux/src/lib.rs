@@ -1,0 +1,12 @@
+//! RSS++ on Linux: the XDP programs that count packets per RSS bucket and
+//! steer them to CPUs, the NIC's indirection table through ethtool, CPU
+//! loads, the balancing daemon and its metrics.
+//!
+//! Every kernel call goes through this crate; the daemon's policy is the
+//! core crate's [`rsspp_core::ControlLoop`], the same code the simulator
+//! runs.
+
+#[allow(clippy::all, unused_imports, missing_docs, dead_code)]
+mod skel {
+    include!(concat!(env!("OUT_DIR"), "/rsspp.skel.rs"));
+}
