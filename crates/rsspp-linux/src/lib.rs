@@ -6,6 +6,11 @@
 //! core crate's [`rsspp_core::ControlLoop`], the same code the simulator
 //! runs.
 
+#![warn(missing_docs)]
+
+pub mod cpu;
+pub mod daemon;
+
 #[allow(clippy::all, unused_imports, missing_docs, dead_code)]
 mod skel {
     include!(concat!(env!("OUT_DIR"), "/rsspp.skel.rs"));

@@ -1,0 +1,564 @@
+//! The balancing daemon's rounds: read the per-bucket counters and the CPUs'
+//! busy time, run the core crate's [`ControlLoop`] (the RSS++ rebalancer,
+//! CPU scaling, back-off), and write the moved buckets to the data path.
+//!
+//! No clock is read here and nothing is attached: the caller passes the
+//! time, and the data path and the busy clock are traits, so that the same
+//! rounds run against the XDP maps or a NIC in `rsspp run`, and against
+//! fakes in the tests.
+
+use std::time::{Duration, Instant};
+
+use rsspp_core::control::ControlError;
+use rsspp_core::{ControlConfig, ControlLoop, IndirectionTable, MigrationPlan, ScalingAction};
+use tracing::{debug, info};
+
+use crate::cpu::{BusyClock, CpuError};
+
+/// A data path error, whatever layer it comes from.
+pub type DataPathError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Where packets are counted and steered: the XDP program's maps (software
+/// mode) or the XDP counters plus the NIC's table (hardware mode).
+pub trait DataPath {
+    /// Packets counted per bucket since the start, summed over CPUs.
+    fn bucket_packets(&mut self, out: &mut [u64]) -> Result<(), DataPathError>;
+
+    /// Packets since the start per target (the `targets` of the daemon, in
+    /// that order): steered to it, or received on it.
+    fn target_packets(&mut self, out: &mut [u64]) -> Result<(), DataPathError>;
+
+    /// Makes the data path use `table` (one target per bucket); `changed`
+    /// lists the buckets that differ from the table written before.
+    fn write_table(&mut self, table: &[u32], changed: &[usize]) -> Result<(), DataPathError>;
+}
+
+/// Why a round failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// The counters could not be read.
+    #[error("reading the packet counters: {0}")]
+    Counters(DataPathError),
+    /// The table could not be written; the previous one is still in use.
+    #[error("writing the indirection table: {0}")]
+    Table(String),
+    /// The CPUs' busy time could not be read.
+    #[error(transparent)]
+    Busy(#[from] CpuError),
+    /// The settings do not fit together.
+    #[error("{0}")]
+    Config(String),
+}
+
+/// The daemon's settings.
+#[derive(Debug, Clone)]
+pub struct DaemonConfig {
+    /// The CPUs (software mode) or receive queues (hardware mode) the table
+    /// spreads over; target `i` is core `i` of the control loop. In
+    /// hardware mode queue `q` is taken to be served by CPU `q`.
+    pub targets: Vec<u32>,
+    /// Buckets in the table.
+    pub reta_size: usize,
+    /// Interval, back-off, rebalancer and scaling settings.
+    pub control: ControlConfig,
+    /// False: count and report, never move a bucket (`--no-balance`).
+    pub balance: bool,
+}
+
+/// One bucket moved by a round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Move {
+    /// The bucket.
+    pub bucket: usize,
+    /// Target it left.
+    pub from: u32,
+    /// Target it went to.
+    pub to: u32,
+}
+
+/// What a round measured and did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Round {
+    /// When it ran.
+    pub at: Duration,
+    /// Length of the interval it measured.
+    pub interval: Duration,
+    /// Load of each target over the interval, in `[0, 1]`.
+    pub load: Vec<f64>,
+    /// Packets per second per target over the interval.
+    pub pps: Vec<f64>,
+    /// Packets per bucket over the interval.
+    pub bucket_packets: Vec<u64>,
+    /// (max − min) / min of the per-target packet rates (infinite when a
+    /// target got nothing while others did; 0 when nothing arrived).
+    pub imbalance: f64,
+    /// Buckets moved, in the order of the plan.
+    pub moves: Vec<Move>,
+    /// Scaling decision.
+    pub scaling: ScalingAction,
+    /// Time the rebalancer took (0 with balancing off).
+    pub solve: Duration,
+    /// When the next round is due.
+    pub next: Duration,
+}
+
+/// The rounds of the daemon over one data path.
+pub struct Daemon<D: DataPath, B: BusyClock> {
+    config: DaemonConfig,
+    datapath: D,
+    clock: B,
+    control: ControlLoop,
+    /// The table the data path uses, in target numbers.
+    written: Vec<u32>,
+    last_buckets: Vec<u64>,
+    last_targets: Vec<u64>,
+    last_busy: Vec<u64>,
+    last_at: Duration,
+    next: Duration,
+    migrations: u64,
+    rounds: u64,
+}
+
+/// Counter increase, tolerating a counter that restarted from zero.
+fn delta(now: u64, before: u64) -> u64 {
+    now.checked_sub(before).unwrap_or(now)
+}
+
+impl<D: DataPath, B: BusyClock> Daemon<D, B> {
+    /// A daemon over `datapath`, whose table is the `equal` one over the
+    /// targets (bucket i → targets[i mod n]), written now. The counters
+    /// read now are the baseline of the first round, due one interval
+    /// after `now`.
+    pub fn start(
+        config: DaemonConfig,
+        mut datapath: D,
+        mut clock: B,
+        now: Duration,
+    ) -> Result<Self, DaemonError> {
+        let n = config.targets.len();
+        if n == 0 {
+            return Err(DaemonError::Config("no CPU to balance over".into()));
+        }
+        let table = IndirectionTable::equal(config.reta_size, n)
+            .map_err(|e| DaemonError::Config(e.to_string()))?;
+        let written: Vec<u32> = table.entries().iter().map(|&c| config.targets[c]).collect();
+        let all: Vec<usize> = (0..written.len()).collect();
+        datapath
+            .write_table(&written, &all)
+            .map_err(|e| DaemonError::Table(e.to_string()))?;
+        let mut last_buckets = vec![0; config.reta_size];
+        datapath
+            .bucket_packets(&mut last_buckets)
+            .map_err(DaemonError::Counters)?;
+        let mut last_targets = vec![0; n];
+        datapath
+            .target_packets(&mut last_targets)
+            .map_err(DaemonError::Counters)?;
+        let mut last_busy = vec![0; n];
+        clock.busy_ns(&config.targets, &mut last_busy)?;
+        let interval = config.control.interval;
+        Ok(Self {
+            control: ControlLoop::new(table, config.control),
+            config,
+            datapath,
+            clock,
+            written,
+            last_buckets,
+            last_targets,
+            last_busy,
+            last_at: now,
+            next: now + interval,
+            migrations: 0,
+            rounds: 0,
+        })
+    }
+
+    /// When the next round is due.
+    pub fn next_round(&self) -> Duration {
+        self.next
+    }
+
+    /// The table in use, in target numbers.
+    pub fn table(&self) -> &[u32] {
+        &self.written
+    }
+
+    /// The targets, in control-loop order.
+    pub fn targets(&self) -> &[u32] {
+        &self.config.targets
+    }
+
+    /// Buckets moved since the start.
+    pub fn migrations(&self) -> u64 {
+        self.migrations
+    }
+
+    /// Rounds run since the start.
+    pub fn rounds(&self) -> u64 {
+        self.rounds
+    }
+
+    /// The data path.
+    pub fn datapath_mut(&mut self) -> &mut D {
+        &mut self.datapath
+    }
+
+    /// Gives the data path back (to detach it).
+    pub fn into_datapath(self) -> D {
+        self.datapath
+    }
+
+    /// Runs the round due at `now`: measures the interval since the last
+    /// round, rebalances, and writes the moved buckets.
+    pub fn round(&mut self, now: Duration) -> Result<Round, DaemonError> {
+        let n = self.config.targets.len();
+        let interval = now
+            .saturating_sub(self.last_at)
+            .max(Duration::from_micros(1));
+        let seconds = interval.as_secs_f64();
+
+        let mut buckets = vec![0; self.config.reta_size];
+        self.datapath
+            .bucket_packets(&mut buckets)
+            .map_err(DaemonError::Counters)?;
+        let mut targets = vec![0; n];
+        self.datapath
+            .target_packets(&mut targets)
+            .map_err(DaemonError::Counters)?;
+        let mut busy = vec![0; n];
+        self.clock.busy_ns(&self.config.targets, &mut busy)?;
+
+        let bucket_packets: Vec<u64> = buckets
+            .iter()
+            .zip(&self.last_buckets)
+            .map(|(&a, &b)| delta(a, b))
+            .collect();
+        let pps: Vec<f64> = targets
+            .iter()
+            .zip(&self.last_targets)
+            .map(|(&a, &b)| delta(a, b) as f64 / seconds)
+            .collect();
+        let load: Vec<f64> = busy
+            .iter()
+            .zip(&self.last_busy)
+            .map(|(&a, &b)| (delta(a, b) as f64 / 1e9 / seconds).clamp(0.0, 1.0))
+            .collect();
+        self.last_buckets = buckets;
+        self.last_targets = targets;
+        self.last_busy = busy;
+        self.last_at = now;
+        self.rounds += 1;
+
+        let mut moves = Vec::new();
+        let mut scaling = ScalingAction::None;
+        let mut solve = Duration::ZERO;
+        if self.config.balance {
+            let started = Instant::now();
+            let targets = &self.config.targets;
+            let written = &mut self.written;
+            let datapath = &mut self.datapath;
+            let mut applied: Option<MigrationPlan> = None;
+            let tick = self.control.tick(now, &bucket_packets, &load, |plan| {
+                let mut table = written.clone();
+                let changed: Vec<usize> = plan.moves.iter().map(|m| m.bucket).collect();
+                for m in &plan.moves {
+                    table[m.bucket] = targets[m.to];
+                }
+                datapath
+                    .write_table(&table, &changed)
+                    .map_err(|e| e.to_string())?;
+                *written = table;
+                applied = Some(plan.clone());
+                Ok(())
+            });
+            solve = started.elapsed();
+            match tick {
+                Ok(t) => {
+                    scaling = t.outcome.scaling;
+                    self.next = now + t.next_interval;
+                }
+                Err(ControlError::Refused(why)) => {
+                    // The data path refused the table: the loop kept the
+                    // old one, which is still in use. Try again next round.
+                    self.next = now + self.config.control.interval;
+                    return Err(DaemonError::Table(why));
+                }
+                Err(ControlError::Balance(e)) => {
+                    return Err(DaemonError::Config(format!("rebalancer: {e}")));
+                }
+            }
+            if let Some(plan) = applied {
+                for m in &plan.moves {
+                    let mv = Move {
+                        bucket: m.bucket,
+                        from: self.config.targets[m.from],
+                        to: self.config.targets[m.to],
+                    };
+                    info!(
+                        bucket = mv.bucket,
+                        from = mv.from,
+                        to = mv.to,
+                        "moved bucket"
+                    );
+                    moves.push(mv);
+                }
+                self.migrations += moves.len() as u64;
+            }
+        } else {
+            self.next = now + self.config.control.interval;
+        }
+        let imbalance = imbalance(&pps);
+        debug!(?load, ?pps, imbalance, moved = moves.len(), "round");
+        Ok(Round {
+            at: now,
+            interval,
+            load,
+            pps,
+            bucket_packets,
+            imbalance,
+            moves,
+            scaling,
+            solve,
+            next: self.next,
+        })
+    }
+}
+
+/// (max − min) / min of `rates`; 0 when all are 0, infinite when some are
+/// 0 and others are not.
+pub fn imbalance(rates: &[f64]) -> f64 {
+    let max = rates.iter().copied().fold(0.0, f64::max);
+    let min = rates.iter().copied().fold(f64::INFINITY, f64::min);
+    if max <= 0.0 {
+        0.0
+    } else if min <= 0.0 {
+        f64::INFINITY
+    } else {
+        (max - min) / min
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    use super::*;
+
+    /// A data path and CPUs in one: each bucket has a packet rate, each
+    /// packet costs a target 1 µs; time advances with the rounds.
+    struct FakeMachine {
+        table: Vec<u32>,
+        targets: Vec<u32>,
+        pps: Vec<f64>,
+        buckets: Vec<f64>,
+        per_target: Vec<f64>,
+        busy_ns: Vec<f64>,
+        at: f64,
+        writes: usize,
+        refuse: bool,
+    }
+
+    const NS_PER_PACKET: f64 = 1_000.0;
+
+    impl FakeMachine {
+        fn new(targets: &[u32], pps: Vec<f64>) -> Rc<RefCell<Self>> {
+            Rc::new(RefCell::new(Self {
+                table: vec![u32::MAX; pps.len()],
+                targets: targets.to_vec(),
+                buckets: vec![0.0; pps.len()],
+                per_target: vec![0.0; targets.len()],
+                busy_ns: vec![0.0; targets.len()],
+                pps,
+                at: 0.0,
+                writes: 0,
+                refuse: false,
+            }))
+        }
+
+        /// Runs the traffic until `t` seconds; a target saturates at 1 M
+        /// packets per second.
+        fn advance(&mut self, t: f64) {
+            let dt = t - self.at;
+            self.at = t;
+            let mut demand = vec![0.0; self.targets.len()];
+            for (b, &rate) in self.pps.iter().enumerate() {
+                let i = self
+                    .targets
+                    .iter()
+                    .position(|&c| c == self.table[b])
+                    .unwrap();
+                demand[i] += rate * dt;
+                self.buckets[b] += rate * dt;
+            }
+            let capacity = dt * 1e9 / NS_PER_PACKET;
+            for (i, d) in demand.into_iter().enumerate() {
+                self.per_target[i] += d;
+                self.busy_ns[i] += d.min(capacity) * NS_PER_PACKET;
+            }
+        }
+    }
+
+    /// The daemon's handle on the machine (its data path and its clock).
+    struct Handle(Rc<RefCell<FakeMachine>>);
+
+    impl DataPath for Handle {
+        fn bucket_packets(&mut self, out: &mut [u64]) -> Result<(), DataPathError> {
+            for (o, &b) in out.iter_mut().zip(&self.0.borrow().buckets) {
+                *o = b as u64;
+            }
+            Ok(())
+        }
+
+        fn target_packets(&mut self, out: &mut [u64]) -> Result<(), DataPathError> {
+            for (o, &t) in out.iter_mut().zip(&self.0.borrow().per_target) {
+                *o = t as u64;
+            }
+            Ok(())
+        }
+
+        fn write_table(&mut self, table: &[u32], changed: &[usize]) -> Result<(), DataPathError> {
+            let mut m = self.0.borrow_mut();
+            if m.refuse {
+                return Err("device busy".into());
+            }
+            for &b in changed {
+                m.table[b] = table[b];
+            }
+            assert_eq!(m.table, table, "`changed` lists every difference");
+            m.writes += 1;
+            Ok(())
+        }
+    }
+
+    impl BusyClock for Handle {
+        fn busy_ns(&mut self, cpus: &[u32], out: &mut [u64]) -> Result<(), CpuError> {
+            let m = self.0.borrow();
+            assert_eq!(cpus, m.targets.as_slice());
+            for (o, &b) in out.iter_mut().zip(&m.busy_ns) {
+                *o = b as u64;
+            }
+            Ok(())
+        }
+    }
+
+    type FakeDaemon = Daemon<Handle, Handle>;
+
+    fn start(machine: &Rc<RefCell<FakeMachine>>, balance: bool) -> Result<FakeDaemon, DaemonError> {
+        let config = DaemonConfig {
+            targets: machine.borrow().targets.clone(),
+            reta_size: 128,
+            control: ControlConfig::default(),
+            balance,
+        };
+        Daemon::start(
+            config,
+            Handle(Rc::clone(machine)),
+            Handle(Rc::clone(machine)),
+            Duration::ZERO,
+        )
+    }
+
+    /// Advances the machine to the next round and runs it.
+    fn step(d: &mut FakeDaemon, machine: &Rc<RefCell<FakeMachine>>) -> Result<Round, DaemonError> {
+        let t = d.next_round();
+        machine.borrow_mut().advance(t.as_secs_f64());
+        d.round(t)
+    }
+
+    /// Mice everywhere, and two elephants on buckets the equal table puts
+    /// on the same target.
+    fn skewed() -> Vec<f64> {
+        let mut pps = vec![1_000.0; 128];
+        pps[0] = 150_000.0;
+        pps[2] = 150_000.0;
+        pps
+    }
+
+    #[test]
+    fn starts_with_the_equal_table_over_the_targets() {
+        let m = FakeMachine::new(&[4, 6], vec![0.0; 128]);
+        let d = start(&m, false).unwrap();
+        assert_eq!(&d.table()[..4], &[4, 6, 4, 6]);
+        assert_eq!(m.borrow().table, d.table());
+        assert_eq!(m.borrow().writes, 1);
+    }
+
+    #[test]
+    fn balancing_evens_out_the_packet_rates() {
+        let m = FakeMachine::new(&[0, 1], skewed());
+        let mut d = start(&m, true).unwrap();
+        let rounds: Vec<Round> = (0..6).map(|_| step(&mut d, &m).unwrap()).collect();
+        let first = &rounds[0];
+        assert!(first.imbalance > 1.0, "static table: {:?}", first.pps);
+        assert!(
+            first.load[0] > 0.25 && first.load[1] < 0.1,
+            "{:?}",
+            first.load
+        );
+        let last = rounds.last().unwrap();
+        assert!(last.imbalance < 0.10, "{:?}", last.pps);
+        assert!(d.migrations() > 0);
+        assert_ne!(d.table()[0], d.table()[2], "the elephants are apart");
+        assert_eq!(m.borrow().table, d.table());
+        let moved: Vec<usize> = rounds.iter().map(|r| r.moves.len()).collect();
+        assert!(rounds[3..].iter().all(|r| r.moves.is_empty()), "{moved:?}");
+    }
+
+    #[test]
+    fn no_balance_counts_and_moves_nothing() {
+        let m = FakeMachine::new(&[0, 1], skewed());
+        let mut d = start(&m, false).unwrap();
+        let rounds: Vec<Round> = (0..5).map(|_| step(&mut d, &m).unwrap()).collect();
+        assert_eq!(d.migrations(), 0);
+        assert_eq!(m.borrow().writes, 1);
+        assert!(rounds
+            .iter()
+            .all(|r| r.imbalance > 1.0 && r.moves.is_empty()));
+        assert_eq!(d.table()[0], d.table()[2]);
+        let total: u64 = rounds[0].bucket_packets.iter().sum();
+        let expected = 0.1 * (300_000.0 + 126_000.0);
+        assert!((total as f64 - expected).abs() < 130.0, "{total}");
+    }
+
+    #[test]
+    fn a_refused_write_keeps_the_table_and_is_retried() {
+        let m = FakeMachine::new(&[0, 1], skewed());
+        let mut d = start(&m, true).unwrap();
+        m.borrow_mut().refuse = true;
+        let before = d.table().to_vec();
+        let e = step(&mut d, &m).unwrap_err();
+        assert!(e.to_string().contains("device busy"), "{e}");
+        assert_eq!(d.table(), before.as_slice());
+        assert_eq!(d.migrations(), 0);
+        m.borrow_mut().refuse = false;
+        let r = step(&mut d, &m).unwrap();
+        assert!(!r.moves.is_empty());
+        assert_ne!(d.table(), before.as_slice());
+        assert_eq!(m.borrow().table, d.table());
+    }
+
+    #[test]
+    fn imbalance_of_rates() {
+        assert_eq!(imbalance(&[0.0, 0.0]), 0.0);
+        assert_eq!(imbalance(&[5.0, 0.0]), f64::INFINITY);
+        assert!((imbalance(&[110.0, 100.0]) - 0.1).abs() < 1e-12);
+    }
+
+    #[test]
+    fn bad_settings_are_refused() {
+        let m = FakeMachine::new(&[], vec![0.0; 128]);
+        assert!(matches!(start(&m, true), Err(DaemonError::Config(_))));
+        let m = FakeMachine::new(&[0], vec![0.0; 100]);
+        let config = DaemonConfig {
+            targets: vec![0],
+            reta_size: 100,
+            control: ControlConfig::default(),
+            balance: true,
+        };
+        let e = Daemon::start(config, Handle(Rc::clone(&m)), Handle(m), Duration::ZERO)
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("power of two"), "{e}");
+    }
+}
