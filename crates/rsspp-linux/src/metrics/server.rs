@@ -384,10 +384,13 @@ fn respond(
         "Content-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     ));
-    stream.write_all(out.as_bytes())?;
+    // One write: a small head sent alone would make Nagle's algorithm hold
+    // the body's last segment until the client acknowledges the head.
+    let mut response = out.into_bytes();
     if !head_only {
-        stream.write_all(body)?;
+        response.extend_from_slice(body);
     }
+    stream.write_all(&response)?;
     stream.flush()?;
     stream.shutdown(Shutdown::Write)
 }

@@ -117,13 +117,27 @@ pub enum TopError {
     #[error("cannot drive the terminal: {0}")]
     Terminal(io::Error),
     /// The daemon stopped answering during the live view.
-    #[error("lost the daemon after {samples} samples: {source}")]
+    #[error("the daemon at {addr} stopped answering after {samples} samples: {}", .source.brief())]
     Lost {
+        /// The daemon's address.
+        addr: SocketAddr,
         /// Samples shown before.
         samples: u64,
         /// The last failure.
         source: Box<TopError>,
     },
+}
+
+impl TopError {
+    /// The failure without advice, for the status line and for a daemon
+    /// that was there a moment ago.
+    fn brief(&self) -> String {
+        match self {
+            TopError::Refused { .. } => "connection refused".into(),
+            TopError::Io { source, .. } => source.to_string(),
+            other => other.to_string(),
+        }
+    }
 }
 
 /// Consecutive failed scrapes after which the live view gives up: one
@@ -362,12 +376,16 @@ fn view_loop(
                 failures += 1;
                 if failures >= MAX_FAILURES {
                     return Err(TopError::Lost {
+                        addr,
                         samples,
                         source: Box::new(e),
                     });
                 }
                 status = (
-                    format!("no answer ({failures} of {MAX_FAILURES} tries): {e}"),
+                    format!(
+                        "no answer from {shown} ({failures} of {MAX_FAILURES} tries): {}",
+                        e.brief()
+                    ),
                     true,
                 );
             }

@@ -274,25 +274,26 @@ pub fn draw(history: &History, view: &View<'_>) -> Frame {
         view.every.as_millis()
     ));
     lines.push(title);
+    // Most telling first: a narrow terminal clips the end of the line.
     let mut figures = Line::default();
     figures
         .text("imbalance ")
         .push(imbalance(latest.imbalance), Style::BOLD);
+    if let Some(d) = delta {
+        figures.text(format!("  total {} pkt/s", rate(d.total_rate())));
+    }
     figures
-        .text("   migrations ")
+        .text("  migrations ")
         .push(latest.migrations.to_string(), Style::BOLD);
     if let Some(d) = delta {
         figures.text(format!(" (+{})", d.migrations));
     }
-    figures.text(format!("   rounds {}", latest.rounds));
+    figures.text(format!("  rounds {}", latest.rounds));
     if let Some(i) = latest.interval_seconds.filter(|i| *i > 0.0) {
-        figures.text(format!(" (every {})", seconds(i)));
+        figures.text(format!(" every {}", seconds(i)));
     }
     if let Some(m) = delta.and_then(|d| d.mean_round_seconds) {
-        figures.text(format!("   round time {}", seconds(m)));
-    }
-    if let Some(d) = delta {
-        figures.text(format!("   total {} pkt/s", rate(d.total_rate())));
+        figures.text(format!(", {} each", seconds(m)));
     }
     lines.push(figures);
     lines.push(Line::default());
