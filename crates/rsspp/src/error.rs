@@ -86,6 +86,9 @@ pub enum CliError {
     /// The state benchmark failed.
     #[error(transparent)]
     BenchState(crate::bench_state::BenchStateError),
+    /// `rsspp top` could not reach or read the daemon, or drive the terminal.
+    #[error(transparent)]
+    Top(#[from] crate::cmd::top::TopError),
     /// Standard output was closed by the reader (e.g. `| head`): stop quietly.
     #[error("broken pipe")]
     BrokenPipe,

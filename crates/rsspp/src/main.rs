@@ -40,6 +40,9 @@ enum Command {
     /// Compare load-balancing methods (RSS, RSS++, Sprayer, software
     /// dispatching, Metron, Affinity-Accept, oRSS) in the simulator.
     Compare(cmd::compare::CompareArgs),
+    /// Live view of a running daemon (`rsspp run`): per-CPU load as a
+    /// heatmap over time, packet rates, imbalance, and the current table.
+    Top(cmd::top::TopArgs),
 }
 
 fn init_logging(verbose: u8) {
@@ -66,6 +69,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => cmd::bench::run(args),
         Command::Trace(args) => cmd::trace::run(args),
         Command::Compare(args) => cmd::compare::run_compare(args),
+        Command::Top(args) => cmd::top::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,319 @@
+//! The daemon's metrics: a snapshot filled after every round, its rendering
+//! in the Prometheus text exposition format (0.0.4), and the HTTP server
+//! that serves it at `/metrics`.
+//!
+//! The daemon owns a [`SharedMetrics`] and updates it once per round; the
+//! server thread clones the snapshot under the lock and renders it outside,
+//! so a scrape never holds the daemon up for longer than a copy.
+//!
+//! ```
+//! use rsspp_linux::metrics::{render, CpuMetrics, MetricsSnapshot};
+//!
+//! let mut s = MetricsSnapshot::new("eth0", "software");
+//! s.cpus.push(CpuMetrics { cpu: 0, load: 0.5, packets_total: 1000 });
+//! assert!(render(&s).contains("rsspp_cpu_load{cpu=\"0\"} 0.5\n"));
+//! ```
+
+mod histogram;
+mod server;
+
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex, PoisonError};
+
+pub use histogram::{Histogram, REBALANCE_BOUNDS};
+pub use server::{MetricsError, MetricsServer, ServerLimits};
+
+/// The `Content-Type` of [`render`]'s output.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Metric names, shared with `rsspp top`, which reads them back.
+pub mod names {
+    /// Gauge, always 1: the interface and mode as labels.
+    pub const INFO: &str = "rsspp_info";
+    /// Gauge per CPU: busy fraction over the last interval.
+    pub const CPU_LOAD: &str = "rsspp_cpu_load";
+    /// Counter per CPU: packets steered to or counted on it.
+    pub const CPU_PACKETS_TOTAL: &str = "rsspp_cpu_packets_total";
+    /// Counter per bucket: packets hashed into it.
+    pub const BUCKET_PACKETS_TOTAL: &str = "rsspp_bucket_packets_total";
+    /// Gauge per bucket: the CPU the indirection table maps it to.
+    pub const BUCKET_CPU: &str = "rsspp_bucket_cpu";
+    /// Gauge: (max − min) / min of per-CPU packet rates over the last interval.
+    pub const IMBALANCE_RATIO: &str = "rsspp_imbalance_ratio";
+    /// Counter: buckets moved from one CPU to another.
+    pub const MIGRATIONS_TOTAL: &str = "rsspp_migrations_total";
+    /// Counter: rebalancing rounds run.
+    pub const ROUNDS_TOTAL: &str = "rsspp_rounds_total";
+    /// Gauge: the control loop's current interval (it backs off when balanced).
+    pub const INTERVAL_SECONDS: &str = "rsspp_interval_seconds";
+    /// Histogram: time to compute and apply one rebalancing round.
+    pub const REBALANCE_SECONDS: &str = "rsspp_rebalance_seconds";
+}
+
+/// One CPU's figures.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CpuMetrics {
+    /// The CPU number (as in `/proc/stat`).
+    pub cpu: u32,
+    /// Busy fraction over the last interval, 0 to 1.
+    pub load: f64,
+    /// Packets steered to (software mode) or counted on (hardware mode) this
+    /// CPU since the daemon started.
+    pub packets_total: u64,
+}
+
+/// One bucket of the indirection table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BucketMetrics {
+    /// Packets hashed into this bucket since the daemon started.
+    pub packets_total: u64,
+    /// The CPU the table maps this bucket to now.
+    pub cpu: u32,
+}
+
+/// Everything the daemon exports, as of its last round.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MetricsSnapshot {
+    /// The interface balanced.
+    pub iface: String,
+    /// `software` or `hardware`.
+    pub mode: String,
+    /// The CPUs balanced over, in the order of `--cpus`.
+    pub cpus: Vec<CpuMetrics>,
+    /// The indirection table, indexed by bucket.
+    pub buckets: Vec<BucketMetrics>,
+    /// (max − min) / min of the per-CPU packet rates over the last interval
+    /// (see [`imbalance_ratio`]).
+    pub imbalance_ratio: f64,
+    /// Buckets moved since the daemon started.
+    pub migrations_total: u64,
+    /// Rounds run since the daemon started.
+    pub rounds_total: u64,
+    /// The control loop's current interval, in seconds.
+    pub interval_seconds: f64,
+    /// Duration of each round (read counters, rebalance, apply the table).
+    pub rebalance_seconds: Histogram,
+}
+
+impl MetricsSnapshot {
+    /// An empty snapshot for an interface and mode: no CPUs, no buckets, no
+    /// rounds yet.
+    pub fn new(iface: impl Into<String>, mode: impl Into<String>) -> Self {
+        Self {
+            iface: iface.into(),
+            mode: mode.into(),
+            cpus: Vec::new(),
+            buckets: Vec::new(),
+            imbalance_ratio: 0.0,
+            migrations_total: 0,
+            rounds_total: 0,
+            interval_seconds: 0.0,
+            rebalance_seconds: Histogram::rebalance(),
+        }
+    }
+}
+
+/// (max − min) / min of per-CPU packet rates.
+///
+/// Zero when there are no CPUs or none received anything (nothing to
+/// balance); `+Inf` when one CPU received nothing while another did, since no
+/// finite ratio describes a CPU left idle beside a busy one.
+pub fn imbalance_ratio(rates: &[f64]) -> f64 {
+    let (min, max) = rates
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &r| {
+            (lo.min(r), hi.max(r))
+        });
+    if rates.is_empty() || max <= 0.0 {
+        0.0
+    } else if min <= 0.0 {
+        f64::INFINITY
+    } else {
+        (max - min) / min
+    }
+}
+
+/// The snapshot the daemon writes and the server reads.
+///
+/// Cloning the handle shares the snapshot. A poisoned lock (a panic while
+/// updating) is not fatal: the snapshot is plain numbers, the worst case is a
+/// half-updated round, and the exporter must keep answering.
+#[derive(Debug, Clone)]
+pub struct SharedMetrics(Arc<Mutex<MetricsSnapshot>>);
+
+impl SharedMetrics {
+    /// Shares a first snapshot.
+    pub fn new(snapshot: MetricsSnapshot) -> Self {
+        Self(Arc::new(Mutex::new(snapshot)))
+    }
+
+    /// Changes the snapshot in place (e.g. after a round), returning what
+    /// `f` returns.
+    pub fn update<R>(&self, f: impl FnOnce(&mut MetricsSnapshot) -> R) -> R {
+        f(&mut self.0.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Replaces the snapshot.
+    pub fn publish(&self, snapshot: MetricsSnapshot) {
+        self.update(|s| *s = snapshot);
+    }
+
+    /// A copy of the current snapshot.
+    pub fn snapshot(&self) -> MetricsSnapshot {
+        self.update(|s| s.clone())
+    }
+}
+
+/// A sample value as the exposition format spells it (`+Inf`, `-Inf`,
+/// `NaN`; Rust would write `inf`).
+fn value(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".into()
+    } else if v.is_infinite() {
+        if v > 0.0 { "+Inf" } else { "-Inf" }.into()
+    } else {
+        v.to_string()
+    }
+}
+
+/// A label value with `\`, `"` and newlines escaped.
+fn label_value(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    // Writing into a String cannot fail.
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+/// The snapshot in the Prometheus text exposition format, version 0.0.4.
+pub fn render(s: &MetricsSnapshot) -> String {
+    use names::*;
+    // About 60 bytes a series; buckets dominate.
+    let mut out = String::with_capacity(1024 + 64 * (2 * s.buckets.len() + 2 * s.cpus.len()));
+
+    header(
+        &mut out,
+        INFO,
+        "gauge",
+        "The interface this daemon balances and its mode (always 1).",
+    );
+    let _ = writeln!(
+        out,
+        "{INFO}{{iface=\"{}\",mode=\"{}\"}} 1",
+        label_value(&s.iface),
+        label_value(&s.mode)
+    );
+
+    header(
+        &mut out,
+        CPU_LOAD,
+        "gauge",
+        "Busy fraction of the CPU over the last interval (0 to 1).",
+    );
+    for c in &s.cpus {
+        let _ = writeln!(out, "{CPU_LOAD}{{cpu=\"{}\"}} {}", c.cpu, value(c.load));
+    }
+
+    header(
+        &mut out,
+        CPU_PACKETS_TOTAL,
+        "counter",
+        "Packets steered to or counted on the CPU.",
+    );
+    for c in &s.cpus {
+        let _ = writeln!(
+            out,
+            "{CPU_PACKETS_TOTAL}{{cpu=\"{}\"}} {}",
+            c.cpu, c.packets_total
+        );
+    }
+
+    header(
+        &mut out,
+        BUCKET_PACKETS_TOTAL,
+        "counter",
+        "Packets hashed into the bucket of the indirection table.",
+    );
+    for (i, b) in s.buckets.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "{BUCKET_PACKETS_TOTAL}{{bucket=\"{i}\"}} {}",
+            b.packets_total
+        );
+    }
+
+    header(
+        &mut out,
+        BUCKET_CPU,
+        "gauge",
+        "The CPU the indirection table maps the bucket to.",
+    );
+    for (i, b) in s.buckets.iter().enumerate() {
+        let _ = writeln!(out, "{BUCKET_CPU}{{bucket=\"{i}\"}} {}", b.cpu);
+    }
+
+    header(
+        &mut out,
+        IMBALANCE_RATIO,
+        "gauge",
+        "(max - min) / min of the per-CPU packet rates over the last interval.",
+    );
+    let _ = writeln!(out, "{IMBALANCE_RATIO} {}", value(s.imbalance_ratio));
+
+    header(
+        &mut out,
+        MIGRATIONS_TOTAL,
+        "counter",
+        "Buckets moved from one CPU to another.",
+    );
+    let _ = writeln!(out, "{MIGRATIONS_TOTAL} {}", s.migrations_total);
+
+    header(&mut out, ROUNDS_TOTAL, "counter", "Rebalancing rounds run.");
+    let _ = writeln!(out, "{ROUNDS_TOTAL} {}", s.rounds_total);
+
+    header(
+        &mut out,
+        INTERVAL_SECONDS,
+        "gauge",
+        "Current interval between rounds (longer while balanced).",
+    );
+    let _ = writeln!(out, "{INTERVAL_SECONDS} {}", value(s.interval_seconds));
+
+    header(
+        &mut out,
+        REBALANCE_SECONDS,
+        "histogram",
+        "Time to read the counters, rebalance and apply the table, per round.",
+    );
+    let h = &s.rebalance_seconds;
+    let cumulative = h.cumulative();
+    for (bound, n) in h.bounds().iter().zip(&cumulative) {
+        let _ = writeln!(
+            out,
+            "{REBALANCE_SECONDS}_bucket{{le=\"{}\"}} {n}",
+            value(*bound)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "{REBALANCE_SECONDS}_bucket{{le=\"+Inf\"}} {}",
+        h.count()
+    );
+    let _ = writeln!(out, "{REBALANCE_SECONDS}_sum {}", value(h.sum()));
+    let _ = writeln!(out, "{REBALANCE_SECONDS}_count {}", h.count());
+    out
+}
+
+#[cfg(test)]
+mod tests;

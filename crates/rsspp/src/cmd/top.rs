@@ -1,0 +1,446 @@
+//! `rsspp top`: a live view of a running daemon, from its `/metrics` — the
+//! per-CPU load as a heatmap over time (the RSS++ paper's Figure 1, live),
+//! the current rates, and the indirection table.
+//!
+//! The terminal is driven with crossterm (raw mode for single keys, the
+//! alternate screen so the shell's scrollback is untouched, resize events),
+//! and restored on every way out: a key, a signal, a lost daemon, a panic.
+
+mod frame;
+mod history;
+mod scrape;
+
+use std::io::{self, IsTerminal, Write};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use crossterm::cursor::{Hide, MoveTo, Show};
+use crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use crossterm::terminal::{self, Clear, ClearType, EnterAlternateScreen, LeaveAlternateScreen};
+use crossterm::{execute, queue};
+
+use crate::error::CliError;
+use frame::{draw, View};
+use history::History;
+use scrape::{fetch, DaemonSample};
+
+/// Arguments of `rsspp top`.
+#[derive(Debug, Args)]
+#[command(after_help = "Keys: q, Esc or Ctrl-C quit.\n\n\
+Examples:\n  rsspp top                       # the daemon on the default address\n  \
+rsspp top --metrics-addr 10.0.0.5:9464 --interval-ms 250\n  \
+rsspp top --once                # one plain frame (two samples apart), for scripts")]
+pub struct TopArgs {
+    /// Where the daemon serves its metrics (`rsspp run --metrics-addr`).
+    #[arg(long, default_value = "127.0.0.1:9464", value_name = "HOST:PORT")]
+    metrics_addr: String,
+    /// Time between samples, in milliseconds.
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(50..=60_000))]
+    interval_ms: u64,
+    /// Print one frame without escapes and exit. It takes two samples
+    /// --interval-ms apart, so packet rates are shown.
+    #[arg(long)]
+    once: bool,
+}
+
+/// What `rsspp top` can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum TopError {
+    /// The address does not parse or resolve.
+    #[error("--metrics-addr {value:?}: {why}")]
+    Address {
+        /// What was given.
+        value: String,
+        /// Why it is not usable.
+        why: String,
+    },
+    /// Nothing listens there.
+    #[error(
+        "no rsspp daemon answers at {addr} (connection refused): start one with \
+         `rsspp run --iface IF --metrics-addr {addr}`, or point --metrics-addr at it"
+    )]
+    Refused {
+        /// The address tried.
+        addr: SocketAddr,
+    },
+    /// Connecting or reading failed otherwise (timeout, reset, unreachable).
+    #[error("cannot read the metrics at {addr}: {source}")]
+    Io {
+        /// The address tried.
+        addr: SocketAddr,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// An HTTP answer other than 200.
+    #[error("{addr} answered {status:?} to GET /metrics")]
+    Status {
+        /// The address.
+        addr: SocketAddr,
+        /// The status line.
+        status: String,
+    },
+    /// Not an HTTP response we can read.
+    #[error("{addr} sent {what}")]
+    Response {
+        /// The address.
+        addr: SocketAddr,
+        /// What was wrong with it.
+        what: String,
+    },
+    /// A line of the metrics that does not parse.
+    #[error("line {line} of /metrics: {what}")]
+    Parse {
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong.
+        what: String,
+    },
+    /// Metrics that parse but miss part of the table.
+    #[error("/metrics: {what}")]
+    Incomplete {
+        /// What is missing.
+        what: String,
+    },
+    /// Metrics without the daemon's names: another exporter.
+    #[error("the metrics there have no {missing}: is this an rsspp daemon's --metrics-addr?")]
+    NotRsspp {
+        /// A metric every daemon exports.
+        missing: &'static str,
+    },
+    /// The live view was asked for without a terminal.
+    #[error("the live view needs a terminal on standard output; use --once to print one frame")]
+    NotATerminal,
+    /// The terminal could not be set up or written.
+    #[error("cannot drive the terminal: {0}")]
+    Terminal(io::Error),
+    /// The daemon stopped answering during the live view.
+    #[error("the daemon at {addr} stopped answering after {samples} samples: {}", .source.brief())]
+    Lost {
+        /// The daemon's address.
+        addr: SocketAddr,
+        /// Samples shown before.
+        samples: u64,
+        /// The last failure.
+        source: Box<TopError>,
+    },
+}
+
+impl TopError {
+    /// The failure without advice, for the status line and for a daemon
+    /// that was there a moment ago.
+    fn brief(&self) -> String {
+        match self {
+            TopError::Refused { .. } => "connection refused".into(),
+            TopError::Io { source, .. } => source.to_string(),
+            other => other.to_string(),
+        }
+    }
+}
+
+/// Consecutive failed scrapes after which the live view gives up: one
+/// failure may be a daemon busy restarting its server, three at the
+/// sampling interval mean it is gone.
+const MAX_FAILURES: u32 = 3;
+
+/// Samples kept: more than the widest terminal shows.
+const HISTORY: usize = 1024;
+
+fn resolve(value: &str) -> Result<SocketAddr, TopError> {
+    let bad = |why: String| TopError::Address {
+        value: value.to_string(),
+        why,
+    };
+    let mut addrs = value
+        .to_socket_addrs()
+        .map_err(|e| bad(format!("expected HOST:PORT ({e})")))?;
+    addrs
+        .next()
+        .ok_or_else(|| bad("the name resolves to no address".into()))
+}
+
+/// Connect and read timeout of one scrape: the sampling interval, within
+/// bounds, so a hung daemon cannot freeze the view for long.
+fn scrape_timeout(every: Duration) -> Duration {
+    every.clamp(Duration::from_millis(200), Duration::from_secs(2))
+}
+
+fn sample(addr: SocketAddr, every: Duration) -> Result<DaemonSample, TopError> {
+    DaemonSample::parse(&fetch(addr, scrape_timeout(every))?)
+}
+
+/// Runs `rsspp top`.
+pub fn run(args: &TopArgs) -> Result<(), CliError> {
+    let addr = resolve(&args.metrics_addr)?;
+    let every = Duration::from_millis(args.interval_ms);
+    if args.once {
+        return once(addr, &args.metrics_addr, every);
+    }
+    if !io::stdout().is_terminal() {
+        return Err(TopError::NotATerminal.into());
+    }
+    // The first scrape happens before the screen is taken, so a wrong
+    // address is reported on the ordinary terminal.
+    let mut history = History::new(HISTORY);
+    history.push(Instant::now(), sample(addr, every)?);
+    live(addr, &args.metrics_addr, every, history).map_err(CliError::from)
+}
+
+fn once(addr: SocketAddr, shown: &str, every: Duration) -> Result<(), CliError> {
+    let mut history = History::new(2);
+    history.push(Instant::now(), sample(addr, every)?);
+    std::thread::sleep(every);
+    history.push(Instant::now(), sample(addr, every)?);
+    let frame = draw(
+        &history,
+        &View {
+            addr: shown,
+            every,
+            // Wide enough for 32 buckets a row with CPU numbers up to 99.
+            width: 102,
+            height: None,
+            colour: false,
+            status: None,
+        },
+    );
+    let mut out = io::stdout().lock();
+    out.write_all(frame.plain().as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(CliError::output)
+}
+
+/// Owns the terminal while the live view runs and gives it back as it was,
+/// whatever ends the view (drop runs on errors and on unwinding).
+struct Screen;
+
+impl Screen {
+    fn enter() -> io::Result<Screen> {
+        terminal::enable_raw_mode()?;
+        // From here on, drop restores whatever part was set up.
+        let screen = Screen;
+        execute!(io::stdout(), EnterAlternateScreen, Hide)?;
+        Ok(screen)
+    }
+}
+
+/// Leaves the alternate screen and raw mode; harmless if already done.
+fn restore_terminal() {
+    let _ = execute!(io::stdout(), Show, LeaveAlternateScreen);
+    let _ = terminal::disable_raw_mode();
+}
+
+impl Drop for Screen {
+    fn drop(&mut self) {
+        restore_terminal();
+    }
+}
+
+/// Why the live loop stopped waiting.
+enum Wake {
+    Quit,
+    Redraw,
+    Sample,
+}
+
+/// Waits until `until`, returning early for a quit key, a signal or a
+/// resize.
+fn wait(until: Instant, signalled: &AtomicBool) -> io::Result<Wake> {
+    loop {
+        if signalled.load(Ordering::Relaxed) {
+            return Ok(Wake::Quit);
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(Wake::Sample);
+        }
+        // Short polls so a SIGTERM is noticed within 100 ms.
+        if event::poll(left.min(Duration::from_millis(100)))? {
+            match event::read()? {
+                Event::Key(KeyEvent {
+                    code,
+                    modifiers,
+                    kind: KeyEventKind::Press,
+                    ..
+                }) => {
+                    let ctrl_c =
+                        code == KeyCode::Char('c') && modifiers.contains(KeyModifiers::CONTROL);
+                    if ctrl_c || matches!(code, KeyCode::Char('q' | 'Q') | KeyCode::Esc) {
+                        return Ok(Wake::Quit);
+                    }
+                }
+                Event::Resize(..) => return Ok(Wake::Redraw),
+                _ => {}
+            }
+        }
+    }
+}
+
+fn paint(out: &mut impl Write, lines: &[String], height: u16) -> io::Result<()> {
+    for row in 0..height {
+        queue!(out, MoveTo(0, row))?;
+        if let Some(line) = lines.get(usize::from(row)) {
+            out.write_all(line.as_bytes())?;
+        }
+        queue!(out, Clear(ClearType::UntilNewLine))?;
+    }
+    out.flush()
+}
+
+fn live(
+    addr: SocketAddr,
+    shown: &str,
+    every: Duration,
+    mut history: History,
+) -> Result<(), TopError> {
+    // In raw mode Ctrl-C is a key; these catch `kill` and a closed terminal,
+    // which would otherwise leave the terminal raw.
+    let signalled = Arc::new(AtomicBool::new(false));
+    let mut hooks = Vec::new();
+    for sig in [
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGHUP,
+    ] {
+        hooks.push(
+            signal_hook::flag::register(sig, Arc::clone(&signalled)).map_err(TopError::Terminal)?,
+        );
+    }
+    let default_hook = Arc::new(std::panic::take_hook());
+    {
+        let default_hook = Arc::clone(&default_hook);
+        std::panic::set_hook(Box::new(move |info| {
+            // Restore first, or the panic message lands on the alternate
+            // screen and vanishes with it.
+            restore_terminal();
+            default_hook(info);
+        }));
+    }
+    let result = view_loop(addr, shown, every, &mut history, &signalled);
+    // Put the previous hook back (no more terminal to restore).
+    drop(std::panic::take_hook());
+    std::panic::set_hook(Box::new(move |info| default_hook(info)));
+    for id in hooks {
+        signal_hook::low_level::unregister(id);
+    }
+    result
+}
+
+fn view_loop(
+    addr: SocketAddr,
+    shown: &str,
+    every: Duration,
+    history: &mut History,
+    signalled: &AtomicBool,
+) -> Result<(), TopError> {
+    let _screen = Screen::enter().map_err(TopError::Terminal)?;
+    let mut out = io::stdout();
+    let mut samples: u64 = 1;
+    let mut failures = 0u32;
+    let mut status = (String::from("q, Esc or Ctrl-C: quit"), false);
+    let mut next = Instant::now() + every;
+    loop {
+        let (width, height) = terminal::size().map_err(TopError::Terminal)?;
+        let frame = draw(
+            history,
+            &View {
+                addr: shown,
+                every,
+                width: usize::from(width),
+                height: Some(usize::from(height)),
+                colour: std::env::var_os("NO_COLOR").is_none(),
+                status: Some(status.clone()),
+            },
+        );
+        paint(&mut out, &frame.ansi_lines(), height).map_err(TopError::Terminal)?;
+        match wait(next, signalled).map_err(TopError::Terminal)? {
+            Wake::Quit => return Ok(()),
+            Wake::Redraw => continue,
+            Wake::Sample => {}
+        }
+        next += every;
+        // After a stall (a suspended terminal, a slow scrape) resume from
+        // now instead of catching up with a burst of samples.
+        if next < Instant::now() {
+            next = Instant::now() + every;
+        }
+        match sample(addr, every) {
+            Ok(s) => {
+                history.push(Instant::now(), s);
+                samples += 1;
+                failures = 0;
+                status = (String::from("q, Esc or Ctrl-C: quit"), false);
+            }
+            Err(e) => {
+                failures += 1;
+                if failures >= MAX_FAILURES {
+                    return Err(TopError::Lost {
+                        addr,
+                        samples,
+                        source: Box::new(e),
+                    });
+                }
+                status = (
+                    format!(
+                        "no answer from {shown} ({failures} of {MAX_FAILURES} tries): {}",
+                        e.brief()
+                    ),
+                    true,
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_resolve_or_say_why_not() {
+        assert_eq!(
+            resolve("127.0.0.1:9464").unwrap(),
+            "127.0.0.1:9464".parse().unwrap()
+        );
+        assert_eq!(resolve("[::1]:1").unwrap(), "[::1]:1".parse().unwrap());
+        let err = resolve("127.0.0.1").unwrap_err().to_string();
+        assert!(
+            err.contains("\"127.0.0.1\"") && err.contains("HOST:PORT"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_refused_connection_names_the_address_and_the_daemon_flag() {
+        // Bind then drop to get a port nobody listens on.
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let err = sample(addr, Duration::from_millis(500)).unwrap_err();
+        assert!(matches!(err, TopError::Refused { .. }), "{err:?}");
+        let msg = err.to_string();
+        assert!(msg.contains(&addr.to_string()), "{msg}");
+        assert!(
+            msg.contains("rsspp run") && msg.contains("--metrics-addr"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn the_scrape_timeout_follows_the_interval_within_bounds() {
+        assert_eq!(
+            scrape_timeout(Duration::from_millis(50)),
+            Duration::from_millis(200)
+        );
+        assert_eq!(
+            scrape_timeout(Duration::from_millis(500)),
+            Duration::from_millis(500)
+        );
+        assert_eq!(
+            scrape_timeout(Duration::from_secs(60)),
+            Duration::from_secs(2)
+        );
+    }
+}
