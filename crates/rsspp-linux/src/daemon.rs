@@ -14,6 +14,7 @@ use rsspp_core::{ControlConfig, ControlLoop, IndirectionTable, MigrationPlan, Sc
 use tracing::{debug, info};
 
 use crate::cpu::{BusyClock, CpuError};
+use crate::metrics::imbalance_ratio;
 
 /// A data path error, whatever layer it comes from.
 pub type DataPathError = Box<dyn std::error::Error + Send + Sync>;
@@ -307,7 +308,7 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
         } else {
             self.next = now + self.config.control.interval;
         }
-        let imbalance = imbalance(&pps);
+        let imbalance = imbalance_ratio(&pps);
         debug!(?load, ?pps, imbalance, moved = moves.len(), "round");
         Ok(Round {
             at: now,
@@ -321,20 +322,6 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
             solve,
             next: self.next,
         })
-    }
-}
-
-/// (max − min) / min of `rates`; 0 when all are 0, infinite when some are
-/// 0 and others are not.
-pub fn imbalance(rates: &[f64]) -> f64 {
-    let max = rates.iter().copied().fold(0.0, f64::max);
-    let min = rates.iter().copied().fold(f64::INFINITY, f64::min);
-    if max <= 0.0 {
-        0.0
-    } else if min <= 0.0 {
-        f64::INFINITY
-    } else {
-        (max - min) / min
     }
 }
 
@@ -536,13 +523,6 @@ mod tests {
         assert!(!r.moves.is_empty());
         assert_ne!(d.table(), before.as_slice());
         assert_eq!(m.borrow().table, d.table());
-    }
-
-    #[test]
-    fn imbalance_of_rates() {
-        assert_eq!(imbalance(&[0.0, 0.0]), 0.0);
-        assert_eq!(imbalance(&[5.0, 0.0]), f64::INFINITY);
-        assert!((imbalance(&[110.0, 100.0]) - 0.1).abs() < 1e-12);
     }
 
     #[test]
