@@ -6,6 +6,8 @@
 //! core crate's [`rsspp_core::ControlLoop`], the same code the simulator
 //! runs.
 
+pub mod ethtool;
+
 #[allow(clippy::all, unused_imports, missing_docs, dead_code)]
 mod skel {
     include!(concat!(env!("OUT_DIR"), "/rsspp.skel.rs"));

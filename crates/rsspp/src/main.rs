@@ -40,6 +40,8 @@ enum Command {
     /// Compare load-balancing methods (RSS, RSS++, Sprayer, software
     /// dispatching, Metron, Affinity-Accept, oRSS) in the simulator.
     Compare(cmd::compare::CompareArgs),
+    /// A NIC's RSS indirection table through ethtool: show it, write one.
+    Nic(cmd::nic::NicArgs),
 }
 
 fn init_logging(verbose: u8) {
@@ -66,6 +68,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => cmd::bench::run(args),
         Command::Trace(args) => cmd::trace::run(args),
         Command::Compare(args) => cmd::compare::run_compare(args),
+        Command::Nic(args) => cmd::nic::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

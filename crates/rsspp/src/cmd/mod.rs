@@ -5,4 +5,5 @@ pub mod bench;
 pub mod compare;
 pub mod demo;
 pub mod hash;
+pub mod nic;
 pub mod trace;
