@@ -10,6 +10,7 @@
 
 pub mod cpu;
 pub mod daemon;
+pub mod ethtool;
 pub mod metrics;
 
 #[allow(clippy::all, unused_imports, missing_docs, dead_code)]

@@ -80,6 +80,9 @@ pub enum CliError {
         /// What went wrong.
         source: rsspp_trace::TraceError,
     },
+    /// A NIC's indirection table could not be read or written.
+    #[error(transparent)]
+    Nic(#[from] crate::cmd::nic::NicError),
     /// A value out of its range.
     #[error("{0}")]
     Invalid(String),

@@ -43,6 +43,8 @@ enum Command {
     /// Live view of a running daemon (`rsspp run`): per-CPU load as a
     /// heatmap over time, packet rates, imbalance, and the current table.
     Top(cmd::top::TopArgs),
+    /// A NIC's RSS indirection table through ethtool: show it, write one.
+    Nic(cmd::nic::NicArgs),
 }
 
 fn init_logging(verbose: u8) {
@@ -70,6 +72,7 @@ fn main() -> ExitCode {
         Command::Trace(args) => cmd::trace::run(args),
         Command::Compare(args) => cmd::compare::run_compare(args),
         Command::Top(args) => cmd::top::run(args),
+        Command::Nic(args) => cmd::nic::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -5,5 +5,6 @@ pub mod bench;
 pub mod compare;
 pub mod demo;
 pub mod hash;
+pub mod nic;
 pub mod top;
 pub mod trace;
