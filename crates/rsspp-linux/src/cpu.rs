@@ -192,6 +192,12 @@ pub trait BusyClock {
     fn busy_ns(&mut self, cpus: &[u32], out: &mut [u64]) -> Result<(), CpuError>;
 }
 
+impl<T: BusyClock + ?Sized> BusyClock for Box<T> {
+    fn busy_ns(&mut self, cpus: &[u32], out: &mut [u64]) -> Result<(), CpuError> {
+        (**self).busy_ns(cpus, out)
+    }
+}
+
 /// Busy time from `/proc/stat` (clock ticks converted to nanoseconds).
 #[derive(Debug)]
 pub struct ProcStat {

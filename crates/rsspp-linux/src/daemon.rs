@@ -189,6 +189,18 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
         &self.config.targets
     }
 
+    /// Packets per bucket since the data path was loaded, as of the last
+    /// round.
+    pub fn bucket_totals(&self) -> &[u64] {
+        &self.last_buckets
+    }
+
+    /// Packets per target since the data path was loaded, as of the last
+    /// round.
+    pub fn target_totals(&self) -> &[u64] {
+        &self.last_targets
+    }
+
     /// Buckets moved since the start.
     pub fn migrations(&self) -> u64 {
         self.migrations
