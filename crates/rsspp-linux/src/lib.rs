@@ -10,3 +10,6 @@
 mod skel {
     include!(concat!(env!("OUT_DIR"), "/rsspp.skel.rs"));
 }
+
+pub mod cpulist;
+pub mod xdp;
