@@ -64,6 +64,13 @@ pub struct CpuList(Vec<u32>);
 const MAX_CPU: u32 = 8191;
 
 impl CpuList {
+    /// A list of `cpus` (sorted, duplicates dropped).
+    pub fn from_cpus(mut cpus: Vec<u32>) -> Self {
+        cpus.sort_unstable();
+        cpus.dedup();
+        CpuList(cpus)
+    }
+
     /// The CPUs, ascending.
     pub fn cpus(&self) -> &[u32] {
         &self.0

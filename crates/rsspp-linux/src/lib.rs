@@ -12,6 +12,7 @@ pub mod cpu;
 pub mod daemon;
 pub mod ethtool;
 pub mod metrics;
+pub mod xdp;
 
 #[allow(clippy::all, unused_imports, missing_docs, dead_code)]
 mod skel {

@@ -86,6 +86,9 @@ pub enum CliError {
     /// A value out of its range.
     #[error("{0}")]
     Invalid(String),
+    /// Loading, attaching or running the XDP programs failed.
+    #[error(transparent)]
+    Xdp(#[from] rsspp_linux::xdp::XdpError),
     /// The state benchmark failed.
     #[error(transparent)]
     BenchState(crate::bench_state::BenchStateError),

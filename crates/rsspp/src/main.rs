@@ -2,6 +2,7 @@
 
 mod atomic;
 mod bench_state;
+mod bench_xdp;
 mod cmd;
 mod error;
 

@@ -25,6 +25,9 @@ enum BenchCommand {
     /// Per-bucket flow tables against one shared table, under table rewrites
     /// (state migration, §3.3 and §5.6): packets per second, reordering, lost states.
     State(crate::bench_state::BenchStateArgs),
+    /// The XDP programs' cost per packet (BPF_PROG_TEST_RUN): count-only
+    /// and steering, IPv4 TCP and IPv6 UDP frames. Needs root.
+    Xdp(crate::bench_xdp::BenchXdpArgs),
 }
 
 /// Arguments of `rsspp bench balance`.
@@ -147,6 +150,7 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
     match &args.what {
         BenchCommand::Balance(a) => run_balance(a),
         BenchCommand::State(a) => crate::bench_state::run(a).map_err(CliError::from),
+        BenchCommand::Xdp(a) => crate::bench_xdp::run(a),
     }
 }
 

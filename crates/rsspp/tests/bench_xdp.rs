@@ -1,0 +1,82 @@
+//! `rsspp bench xdp` through the real binary: four cases with the right
+//! verdicts, clear errors for bad arguments and without root.
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+use serde_json::Value;
+
+fn rsspp() -> Command {
+    Command::cargo_bin("rsspp").unwrap()
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+#[test]
+fn bench_xdp_measures_both_programs_on_both_frames() {
+    if !is_root() {
+        eprintln!("skipping bench xdp test: it needs root (CI runs as root)");
+        return;
+    }
+    let out = rsspp()
+        .args([
+            "bench", "xdp", "--repeat", "1000", "--rounds", "2", "--json",
+        ])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let cases: Vec<Value> = serde_json::from_slice(&out).unwrap();
+    let got: Vec<(&str, &str, &str)> = cases
+        .iter()
+        .map(|c| {
+            (
+                c["program"].as_str().unwrap(),
+                c["frame"].as_str().unwrap(),
+                c["verdict"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("count", "IPv4 TCP", "Pass"),
+            ("count", "IPv6 UDP", "Pass"),
+            ("steer", "IPv4 TCP", "Redirect"),
+            ("steer", "IPv6 UDP", "Redirect"),
+        ]
+    );
+    for c in &cases {
+        assert!(
+            c["best_ns"].as_u64().unwrap() <= c["median_ns"].as_u64().unwrap(),
+            "{c}"
+        );
+    }
+    // The table form.
+    rsspp()
+        .args(["bench", "xdp", "--repeat", "100", "--rounds", "1"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("steer    IPv6 UDP"));
+}
+
+#[test]
+fn bench_xdp_refuses_bad_arguments() {
+    rsspp()
+        .args(["bench", "xdp", "--rounds", "0"])
+        .assert()
+        .failure()
+        .code(1)
+        .stderr(predicate::str::contains("at least 1"));
+    if is_root() {
+        rsspp()
+            .args(["bench", "xdp", "--reta-size", "100", "--repeat", "10"])
+            .assert()
+            .failure()
+            .code(1)
+            .stderr(predicate::str::contains("not a power of two"));
+    }
+}
