@@ -1,13 +1,13 @@
 //! CPUs: the lists the daemon balances over, which are online, and how busy
 //! each one is.
 //!
-//! Two ways to measure a CPU's load, as [`LoadSource`] says:
-//! - [`LoadSource::Cpu`]: everything the CPU did (`/proc/stat`: user,
+//! Two ways to measure a CPU's load, two [`BusyClock`]s:
+//! - [`ProcStat`]: everything the CPU did (`/proc/stat`: user,
 //!   system, interrupts, soft interrupts…, over the time elapsed). What
 //!   RSS++ measures on a server whose cores only process packets, and the
 //!   right signal when the packets' processing (an IDS, a proxy) runs on the
 //!   CPU they are steered to.
-//! - [`LoadSource::Steered`]: the time the kernel threads that process the
+//! - [`CpumapThreads`]: the time the kernel threads that process the
 //!   packets steered to a CPU (CPUMAP's `cpumap/<cpu>/map:<id>` threads)
 //!   spent running (`/proc/<pid>/schedstat`, nanoseconds). Unaffected by
 //!   whatever else runs on the CPU.
@@ -179,16 +179,6 @@ fn read(path: &Path) -> Result<String, CpuError> {
         path: path.to_path_buf(),
         source,
     })
-}
-
-/// What a CPU's load is measured from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LoadSource {
-    /// Everything the CPU did (`/proc/stat`).
-    Cpu,
-    /// The time of the kernel threads processing the packets steered to it
-    /// (CPUMAP threads, `/proc/<pid>/schedstat`).
-    Steered,
 }
 
 /// Cumulative busy time per CPU, in nanoseconds: what the daemon turns into

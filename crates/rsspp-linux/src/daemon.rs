@@ -64,6 +64,20 @@ pub struct DaemonConfig {
     pub control: ControlConfig,
     /// False: count and report, never move a bucket (`--no-balance`).
     pub balance: bool,
+    /// How a target's load is derived from the busy clock.
+    pub load: LoadModel,
+}
+
+/// How the daemon turns busy time into each target's load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoadModel {
+    /// Each target's own busy time over the interval.
+    Measured,
+    /// The targets' busy time added up, then shared in proportion to the
+    /// packets each target got: balancing the load then balances packet
+    /// rates, whatever else the CPUs do and however unevenly their threads
+    /// batch.
+    ByPackets,
 }
 
 /// One bucket moved by a round.
@@ -251,11 +265,27 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
             .zip(&self.last_targets)
             .map(|(&a, &b)| delta(a, b) as f64 / seconds)
             .collect();
-        let load: Vec<f64> = busy
+        let busy_delta: Vec<f64> = busy
             .iter()
             .zip(&self.last_busy)
-            .map(|(&a, &b)| (delta(a, b) as f64 / 1e9 / seconds).clamp(0.0, 1.0))
+            .map(|(&a, &b)| delta(a, b) as f64 / 1e9 / seconds)
             .collect();
+        let load: Vec<f64> = match self.config.load {
+            LoadModel::Measured => busy_delta.iter().map(|l| l.clamp(0.0, 1.0)).collect(),
+            LoadModel::ByPackets => {
+                let total_busy: f64 = busy_delta.iter().sum();
+                let total_pps: f64 = pps.iter().sum();
+                pps.iter()
+                    .map(|&p| {
+                        if total_pps > 0.0 {
+                            (total_busy * p / total_pps).clamp(0.0, 1.0)
+                        } else {
+                            0.0
+                        }
+                    })
+                    .collect()
+            }
+        };
         self.last_buckets = buckets;
         self.last_targets = targets;
         self.last_busy = busy;
@@ -356,9 +386,9 @@ mod tests {
         at: f64,
         writes: usize,
         refuse: bool,
+        /// Nanoseconds a packet costs each target.
+        ns_per_packet: Vec<f64>,
     }
-
-    const NS_PER_PACKET: f64 = 1_000.0;
 
     impl FakeMachine {
         fn new(targets: &[u32], pps: Vec<f64>) -> Rc<RefCell<Self>> {
@@ -372,11 +402,12 @@ mod tests {
                 at: 0.0,
                 writes: 0,
                 refuse: false,
+                ns_per_packet: vec![1_000.0; targets.len()],
             }))
         }
 
-        /// Runs the traffic until `t` seconds; a target saturates at 1 M
-        /// packets per second.
+        /// Runs the traffic until `t` seconds; a target saturates when its
+        /// packets take all its time.
         fn advance(&mut self, t: f64) {
             let dt = t - self.at;
             self.at = t;
@@ -390,10 +421,10 @@ mod tests {
                 demand[i] += rate * dt;
                 self.buckets[b] += rate * dt;
             }
-            let capacity = dt * 1e9 / NS_PER_PACKET;
             for (i, d) in demand.into_iter().enumerate() {
+                let cost = self.ns_per_packet[i];
                 self.per_target[i] += d;
-                self.busy_ns[i] += d.min(capacity) * NS_PER_PACKET;
+                self.busy_ns[i] += d.min(dt * 1e9 / cost) * cost;
             }
         }
     }
@@ -444,11 +475,20 @@ mod tests {
     type FakeDaemon = Daemon<Handle, Handle>;
 
     fn start(machine: &Rc<RefCell<FakeMachine>>, balance: bool) -> Result<FakeDaemon, DaemonError> {
+        start_with(machine, balance, LoadModel::Measured)
+    }
+
+    fn start_with(
+        machine: &Rc<RefCell<FakeMachine>>,
+        balance: bool,
+        load: LoadModel,
+    ) -> Result<FakeDaemon, DaemonError> {
         let config = DaemonConfig {
             targets: machine.borrow().targets.clone(),
             reta_size: 128,
             control: ControlConfig::default(),
             balance,
+            load,
         };
         Daemon::start(
             config,
@@ -538,6 +578,24 @@ mod tests {
     }
 
     #[test]
+    fn load_by_packets_balances_packet_rates_where_costs_differ() {
+        // Target 0's packets cost three times more (a CPU shared with other
+        // work, a thread that batches badly): balancing the measured load
+        // gives it fewer packets; balancing by packets evens the rates.
+        let run = |model| {
+            let m = FakeMachine::new(&[0, 1], vec![2_000.0; 128]);
+            m.borrow_mut().ns_per_packet = vec![3_000.0, 1_000.0];
+            let mut d = start_with(&m, true, model).unwrap();
+            let rounds: Vec<Round> = (0..8).map(|_| step(&mut d, &m).unwrap()).collect();
+            rounds.last().unwrap().pps.clone()
+        };
+        let measured = run(LoadModel::Measured);
+        assert!(measured[1] > 2.0 * measured[0], "{measured:?}");
+        let by_packets = run(LoadModel::ByPackets);
+        assert!(imbalance_ratio(&by_packets) < 0.05, "{by_packets:?}");
+    }
+
+    #[test]
     fn bad_settings_are_refused() {
         let m = FakeMachine::new(&[], vec![0.0; 128]);
         assert!(matches!(start(&m, true), Err(DaemonError::Config(_))));
@@ -547,6 +605,7 @@ mod tests {
             reta_size: 100,
             control: ControlConfig::default(),
             balance: true,
+            load: LoadModel::Measured,
         };
         let e = Daemon::start(config, Handle(Rc::clone(&m)), Handle(m), Duration::ZERO)
             .err()

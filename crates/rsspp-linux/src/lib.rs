@@ -10,6 +10,7 @@
 
 pub mod cpu;
 pub mod daemon;
+pub mod datapath;
 pub mod ethtool;
 pub mod metrics;
 pub mod xdp;

@@ -619,6 +619,28 @@ impl Xdp {
         }
     }
 
+    /// Forgets the attachment without detaching: the program stays on the
+    /// interface (netlink attachments outlive the process) and keeps
+    /// steering with the last table, as `rsspp run --keep` promises.
+    pub fn leave_attached(mut self) {
+        self.attached = None;
+    }
+
+    /// The kernel's id of the steering program's CPUMAP, whose threads
+    /// are named `cpumap/<cpu>/map:<id>`; `None` for the counting programs.
+    pub fn cpumap_id(&self) -> Result<Option<u32>, XdpError> {
+        let Some(map) = &self.maps.cpumap else {
+            return Ok(None);
+        };
+        map.info()
+            .map(|info| Some(info.info.id))
+            .map_err(|source| XdpError::Bpf {
+                iface: self.iface.clone(),
+                what: "reading the CPUMAP's id",
+                source,
+            })
+    }
+
     /// The kernel's id of the loaded program (as `bpftool prog` and
     /// `ip link` show it).
     pub fn program_id(&self) -> u32 {

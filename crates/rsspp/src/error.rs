@@ -83,6 +83,9 @@ pub enum CliError {
     /// A NIC's indirection table could not be read or written.
     #[error(transparent)]
     Nic(#[from] crate::cmd::nic::NicError),
+    /// The NIC's RSS configuration could not be read or written.
+    #[error(transparent)]
+    Ethtool(#[from] rsspp_linux::ethtool::EthtoolError),
     /// A value out of its range.
     #[error("{0}")]
     Invalid(String),

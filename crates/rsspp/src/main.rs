@@ -41,6 +41,10 @@ enum Command {
     /// Compare load-balancing methods (RSS, RSS++, Sprayer, software
     /// dispatching, Metron, Affinity-Accept, oRSS) in the simulator.
     Compare(cmd::compare::CompareArgs),
+    /// The RSS++ daemon: count per bucket with XDP, rebalance ten times a
+    /// second, steer through a CPUMAP (software) or the NIC's table
+    /// (hardware); metrics at /metrics.
+    Run(cmd::run::RunArgs),
     /// Live view of a running daemon (`rsspp run`): per-CPU load as a
     /// heatmap over time, packet rates, imbalance, and the current table.
     Top(cmd::top::TopArgs),
@@ -73,6 +77,7 @@ fn main() -> ExitCode {
         Command::Trace(args) => cmd::trace::run(args),
         Command::Compare(args) => cmd::compare::run_compare(args),
         Command::Top(args) => cmd::top::run(args),
+        Command::Run(args) => cmd::run::run(args),
         Command::Nic(args) => cmd::nic::run(args),
     };
     match result {

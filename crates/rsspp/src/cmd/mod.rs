@@ -6,5 +6,6 @@ pub mod compare;
 pub mod demo;
 pub mod hash;
 pub mod nic;
+pub mod run;
 pub mod top;
 pub mod trace;

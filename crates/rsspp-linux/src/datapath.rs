@@ -1,0 +1,166 @@
+//! The daemon's two data paths (`rsspp run --mode`):
+//!
+//! - [`SoftwarePath`]: the XDP program hashes every packet, counts it in its
+//!   bucket and redirects it through a CPUMAP to the CPU the table names;
+//!   the table is a BPF map, updated entry by entry.
+//! - [`HardwarePath`]: the NIC spreads packets over its receive queues with
+//!   its own indirection table; the XDP program only counts per bucket, and
+//!   the table is rewritten through ethtool. Queue `q` is taken to be served
+//!   by CPU `q` (the usual one-to-one IRQ affinity); its packets are those
+//!   counted on CPU `q`.
+
+use crate::daemon::{DataPath, DataPathError};
+use crate::ethtool::{EthtoolError, RssDevice};
+use crate::xdp::{Xdp, XdpError};
+
+/// Software RSS: the XDP program steers.
+pub struct SoftwarePath {
+    xdp: Xdp,
+    cpus: Vec<u32>,
+    per_cpu: Vec<u64>,
+    entries: Vec<(usize, u32)>,
+}
+
+impl SoftwarePath {
+    /// Drives `xdp` (a steering program, attached or not) over `cpus`.
+    pub fn new(xdp: Xdp, cpus: Vec<u32>) -> Self {
+        let per_cpu = vec![0; xdp.possible_cpus()];
+        Self {
+            xdp,
+            cpus,
+            per_cpu,
+            entries: Vec::new(),
+        }
+    }
+
+    /// The XDP programs.
+    pub fn xdp(&mut self) -> &mut Xdp {
+        &mut self.xdp
+    }
+
+    /// Gives the XDP programs back (to detach them, or keep them).
+    pub fn into_xdp(self) -> Xdp {
+        self.xdp
+    }
+}
+
+/// `out[i]` = `per_cpu[cpus[i]]`.
+fn pick(per_cpu: &[u64], cpus: &[u32], out: &mut [u64]) {
+    for (o, &c) in out.iter_mut().zip(cpus) {
+        *o = per_cpu.get(c as usize).copied().unwrap_or(0);
+    }
+}
+
+impl DataPath for SoftwarePath {
+    fn bucket_packets(&mut self, out: &mut [u64]) -> Result<(), DataPathError> {
+        Ok(self.xdp.bucket_packets(out)?)
+    }
+
+    fn target_packets(&mut self, out: &mut [u64]) -> Result<(), DataPathError> {
+        self.xdp.cpu_packets(&mut self.per_cpu)?;
+        pick(&self.per_cpu, &self.cpus, out);
+        Ok(())
+    }
+
+    fn write_table(&mut self, table: &[u32], changed: &[usize]) -> Result<(), DataPathError> {
+        self.entries.clear();
+        self.entries.extend(changed.iter().map(|&b| (b, table[b])));
+        self.xdp.write_entries(&self.entries)?;
+        Ok(())
+    }
+}
+
+/// Why the hardware path could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum HardwareError {
+    /// The NIC's table could not be read or written.
+    #[error(transparent)]
+    Nic(#[from] EthtoolError),
+    /// The XDP counters could not be loaded.
+    #[error(transparent)]
+    Xdp(#[from] XdpError),
+    /// A queue the table should name that the NIC does not have.
+    #[error("{iface} has {queues} receive queues (0 to {last}); queue {queue} does not exist", last = .queues.saturating_sub(1))]
+    NoQueue {
+        /// Interface.
+        iface: String,
+        /// The queue asked for.
+        queue: u32,
+        /// Queues the NIC has.
+        queues: u32,
+    },
+}
+
+/// Hardware RSS: the NIC steers, the XDP program counts.
+pub struct HardwarePath<N: RssDevice> {
+    xdp: Xdp,
+    nic: N,
+    queues: Vec<u32>,
+    /// The table the NIC had before the daemon wrote its own.
+    original: Vec<u32>,
+    per_cpu: Vec<u64>,
+}
+
+impl<N: RssDevice> HardwarePath<N> {
+    /// Drives the NIC `nic` (whose table the daemon will spread over
+    /// `queues`) with the counting program `xdp`; remembers the NIC's table
+    /// to put it back.
+    pub fn new(xdp: Xdp, mut nic: N, queues: Vec<u32>) -> Result<Self, HardwareError> {
+        let rx = nic.rx_queues()?;
+        if let Some(&queue) = queues.iter().find(|&&q| q >= rx) {
+            return Err(HardwareError::NoQueue {
+                iface: nic.name().to_string(),
+                queue,
+                queues: rx,
+            });
+        }
+        let original = nic.rss()?.indirection;
+        let per_cpu = vec![0; xdp.possible_cpus()];
+        Ok(Self {
+            xdp,
+            nic,
+            queues,
+            original,
+            per_cpu,
+        })
+    }
+
+    /// The NIC's table before the daemon started.
+    pub fn original_table(&self) -> &[u32] {
+        &self.original
+    }
+
+    /// The XDP programs.
+    pub fn xdp(&mut self) -> &mut Xdp {
+        &mut self.xdp
+    }
+
+    /// Puts the NIC's original table back, and gives the programs and the
+    /// device back.
+    pub fn restore(mut self) -> (Xdp, N, Result<(), EthtoolError>) {
+        let result = self.nic.set_indirection(&self.original);
+        (self.xdp, self.nic, result)
+    }
+
+    /// Gives the programs and the device back, leaving the table as it is.
+    pub fn keep(self) -> (Xdp, N) {
+        (self.xdp, self.nic)
+    }
+}
+
+impl<N: RssDevice> DataPath for HardwarePath<N> {
+    fn bucket_packets(&mut self, out: &mut [u64]) -> Result<(), DataPathError> {
+        Ok(self.xdp.bucket_packets(out)?)
+    }
+
+    fn target_packets(&mut self, out: &mut [u64]) -> Result<(), DataPathError> {
+        self.xdp.cpu_packets(&mut self.per_cpu)?;
+        pick(&self.per_cpu, &self.queues, out);
+        Ok(())
+    }
+
+    fn write_table(&mut self, table: &[u32], _changed: &[usize]) -> Result<(), DataPathError> {
+        // The ioctl replaces the whole table at once.
+        Ok(self.nic.set_indirection(table)?)
+    }
+}
