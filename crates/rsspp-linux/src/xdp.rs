@@ -443,6 +443,7 @@ impl Xdp {
     /// Loads `program` for `opts.iface` and fills its maps; attaches
     /// nothing (see [`Xdp::attach`]).
     pub fn load(opts: &XdpOptions, program: Program) -> Result<Xdp, XdpError> {
+        route_libbpf_logs();
         let iface = opts.iface.clone();
         if !opts.reta_size.is_power_of_two() || opts.reta_size > MAX_RETA_SIZE {
             return Err(XdpError::TableSize(opts.reta_size));
@@ -942,6 +943,19 @@ impl Drop for Xdp {
             tracing::warn!("{e}");
         }
     }
+}
+
+/// Sends libbpf's own messages to the `tracing` logs (debug level): the
+/// errors that matter come back as [`XdpError`]s, which say what to do; its
+/// raw lines on stderr would only repeat them in libbpf's words.
+fn route_libbpf_logs() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        fn log(level: libbpf_rs::PrintLevel, message: String) {
+            tracing::debug!(target: "libbpf", ?level, "{}", message.trim_end());
+        }
+        libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Debug, log)));
+    });
 }
 
 /// The interface's index in the calling thread's network namespace.

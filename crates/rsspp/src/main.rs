@@ -52,10 +52,13 @@ enum Command {
     Nic(cmd::nic::NicArgs),
 }
 
-fn init_logging(verbose: u8) {
-    let default = match verbose {
-        0 => "warn",
-        1 => "debug",
+/// Logs go to stderr: warnings by default, and for the daemon also what
+/// it does (every bucket it moves), which is its log.
+fn init_logging(verbose: u8, daemon: bool) {
+    let default = match (verbose, daemon) {
+        (0, false) => "warn",
+        (0, true) => "info",
+        (1, _) => "debug",
         _ => "trace",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -68,7 +71,7 @@ fn init_logging(verbose: u8) {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.verbose);
+    init_logging(cli.verbose, matches!(cli.command, Command::Run(_)));
     let result: Result<(), CliError> = match &cli.command {
         Command::Demo(args) => cmd::demo::run(args),
         Command::Hash(args) => cmd::hash::run(args),

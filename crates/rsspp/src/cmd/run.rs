@@ -81,9 +81,13 @@ pub struct RunArgs {
     /// default 128; hardware mode: the NIC's size, read from it).
     #[arg(long, value_name = "N")]
     reta_size: Option<usize>,
-    /// Interval between rebalancing rounds (backs off to 1 s when quiet).
+    /// Interval between rebalancing rounds.
     #[arg(long, default_value_t = 100, value_name = "MS")]
     interval_ms: u64,
+    /// Longest interval the rounds back off to while the load and the
+    /// imbalance are low (equal to --interval-ms: no back-off).
+    #[arg(long, default_value_t = 1000, value_name = "MS")]
+    max_interval_ms: u64,
     /// Average load above which a CPU is added (with --autoscale).
     #[arg(
         long,
@@ -139,6 +143,7 @@ pub struct RunArgs {
 struct Plan {
     targets: CpuList,
     interval: Duration,
+    max_interval: Duration,
     duration: Option<Duration>,
     metrics: Option<SocketAddr>,
 }
@@ -165,6 +170,12 @@ fn check(args: &RunArgs) -> Result<Plan, CliError> {
         return Err(CliError::Invalid(format!(
             "--interval-ms must be between 1 and 10000, got {}",
             args.interval_ms
+        )));
+    }
+    if args.max_interval_ms < args.interval_ms || args.max_interval_ms > 60_000 {
+        return Err(CliError::Invalid(format!(
+            "--max-interval-ms must be between --interval-ms ({}) and 60000, got {}",
+            args.interval_ms, args.max_interval_ms
         )));
     }
     if !(args.tolerance.is_finite() && (0.0..0.5).contains(&args.tolerance)) {
@@ -206,6 +217,7 @@ fn check(args: &RunArgs) -> Result<Plan, CliError> {
     Ok(Plan {
         targets,
         interval: Duration::from_millis(args.interval_ms),
+        max_interval: Duration::from_millis(args.max_interval_ms),
         duration,
         metrics,
     })
@@ -236,6 +248,7 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
     }
     let mut control = ControlConfig {
         interval: plan.interval,
+        max_interval: plan.max_interval,
         ..ControlConfig::default()
     };
     control.balance.autoscale = args.autoscale;

@@ -1,0 +1,232 @@
+//! `rsspp run`'s refusals, through the real binary: a clear error, exit
+//! code 1, and the interface exactly as it was. The ones that touch an
+//! interface run in a network namespace made for the test (root; CI is
+//! root).
+
+#[path = "../../rsspp-linux/tests/common/netns.rs"]
+#[allow(dead_code)]
+mod netns;
+
+use std::process::{Command, Output};
+
+use netns::Netns;
+
+const RSSPP: &str = env!("CARGO_BIN_EXE_rsspp");
+/// Referred to by the `netns` helper's raw-frame sender (unused here).
+#[allow(dead_code)]
+const MAC_DST: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        eprintln!("skipping: `rsspp run` tests need root (CI runs as root)");
+    }
+    root
+}
+
+/// `rsspp run ARGS` in `ns` (or here), with no metrics server unless asked.
+fn run(ns: Option<&Netns>, args: &[&str]) -> Output {
+    let mut cmd = match ns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", &ns.name, RSSPP]);
+            c
+        }
+        None => Command::new(RSSPP),
+    };
+    cmd.arg("run").args(args);
+    if !args.iter().any(|a| a.starts_with("--metrics-addr")) {
+        cmd.arg("--no-metrics");
+    }
+    cmd.output().unwrap()
+}
+
+/// Exit code 1 and `message` on stderr, no panic.
+fn refused(out: &Output, message: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "stderr: {err}");
+    assert!(err.contains(message), "expected {message:?} in: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn bad_options_are_refused_before_anything_is_touched() {
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["--iface", "lo", "--cpus", "1-0"],
+            "invalid CPU list \"1-0\"",
+        ),
+        (
+            &["--iface", "lo", "--cpus", "0,4000"],
+            "CPU 4000 is not online",
+        ),
+        (
+            &["--iface", "lo", "--interval-ms", "0"],
+            "--interval-ms must be between 1 and 10000",
+        ),
+        (
+            &["--iface", "lo", "--max-interval-ms", "50"],
+            "--max-interval-ms must be between",
+        ),
+        (
+            &["--iface", "lo", "--target-load", "2"],
+            "--target-load must be in (0, 1]",
+        ),
+        (
+            &["--iface", "lo", "--tolerance", "0.7"],
+            "--tolerance must be in [0, 0.5)",
+        ),
+        (
+            &["--iface", "lo", "--duration", "-1"],
+            "--duration must be a positive number",
+        ),
+        (
+            &[
+                "--iface",
+                "lo",
+                "--mode",
+                "hardware",
+                "--load-source",
+                "steered",
+            ],
+            "only software mode has",
+        ),
+    ];
+    for (args, message) in cases {
+        refused(&run(None, args), message);
+    }
+    let out = Command::new(RSSPP)
+        .args(["run", "--iface", "lo", "--metrics-addr", "nope"])
+        .output()
+        .unwrap();
+    refused(&out, "--metrics-addr \"nope\" is not an address:port");
+}
+
+#[test]
+fn an_unknown_interface_is_named() {
+    if !is_root() {
+        return;
+    }
+    refused(&run(None, &["--iface", "rsspp-nosuch0"]), "rsspp-nosuch0");
+    refused(
+        &run(None, &["--iface", "rsspp-nosuch0", "--mode", "hardware"]),
+        "rsspp-nosuch0",
+    );
+}
+
+#[test]
+fn a_busy_metrics_port_is_refused_before_attaching() {
+    if !is_root() {
+        return;
+    }
+    let ns = Netns::with_veth("run-port");
+    ns.ip(&["link", "set", "lo", "up"]);
+    // Something else serves the port in the namespace.
+    let mut holder = Command::new("ip")
+        .args(["netns", "exec", &ns.name, "python3", "-c"])
+        .arg("import socket,time; s=socket.socket(); s.bind(('127.0.0.1',19465)); s.listen(); print('ok',flush=True); time.sleep(30)")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let out = run(
+        Some(&ns),
+        &[
+            "--iface",
+            "veth1",
+            "--metrics-addr",
+            "127.0.0.1:19465",
+            "--duration",
+            "1",
+        ],
+    );
+    let _ = holder.kill();
+    let _ = holder.wait();
+    refused(&out, "127.0.0.1:19465");
+    assert_eq!(ns.xdp_of("veth1"), None, "nothing attached");
+}
+
+#[test]
+fn another_xdp_program_is_kept_unless_forced() {
+    if !is_root() {
+        return;
+    }
+    let ns = Netns::with_veth("run-force");
+    // A first daemon leaves its program attached (--keep).
+    let out = run(
+        Some(&ns),
+        &["--iface", "veth1", "--duration", "0.3", "--keep"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let kept = ns
+        .xdp_of("veth1")
+        .expect("--keep leaves the program attached");
+
+    // A second one refuses to replace it, and leaves it in place.
+    let out = run(Some(&ns), &["--iface", "veth1", "--duration", "0.3"]);
+    refused(&out, "another XDP program");
+    refused(&out, "force");
+    assert_eq!(ns.xdp_of("veth1"), Some(kept.clone()));
+
+    // --force replaces it while running and puts it back on exit.
+    let out = run(
+        Some(&ns),
+        &["--iface", "veth1", "--duration", "0.3", "--force"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(ns.xdp_of("veth1"), Some(kept));
+}
+
+#[test]
+fn hardware_mode_needs_a_writable_table_and_leaves_the_interface_alone() {
+    if !is_root() {
+        return;
+    }
+    let ns = Netns::with_veth("run-hw");
+    let out = run(
+        Some(&ns),
+        &[
+            "--iface",
+            "veth1",
+            "--mode",
+            "hardware",
+            "--duration",
+            "0.3",
+        ],
+    );
+    refused(&out, "veth1");
+    assert_eq!(ns.xdp_of("veth1"), None, "nothing attached");
+}
+
+#[test]
+fn without_privileges_the_error_says_so() {
+    if !is_root() {
+        return;
+    }
+    // Drop root for the daemon only.
+    let out = Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", RSSPP])
+        .args(["run", "--iface", "lo", "--no-metrics", "--duration", "0.3"])
+        .output()
+        .expect("setpriv (util-linux)");
+    refused(&out, "root");
+    let link = Command::new("ip")
+        .args(["-d", "link", "show", "lo"])
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&link.stdout).contains("prog/xdp"));
+}
