@@ -1,7 +1,9 @@
-//! `rsspp nic` against a NIC whose indirection table is writable: a QEMU
-//! guest's multi-queue virtio-net device with RSS on. The table rsspp writes
-//! is the one `ethtool -x` reads back in the guest; refused writes leave it
-//! as it was. Needs root (CI runs as root) and QEMU; see `guest/mod.rs`.
+//! `rsspp nic` and the daemon's hardware mode (`rsspp run --mode hardware`)
+//! against a NIC whose indirection table is writable: a QEMU guest's
+//! multi-queue virtio-net device with RSS on. The table rsspp writes is the
+//! one `ethtool -x` reads back in the guest; refused writes leave it as it
+//! was; the daemon puts the NIC's table back on exit unless `--keep`. Needs
+//! root (CI runs as root) and QEMU; see `guest/mod.rs`. One boot for all.
 
 mod guest;
 
@@ -19,6 +21,12 @@ step set-unprivileged su -s /bin/sh nobody -c '/usr/bin/rsspp nic set eth0 --equ
 step ethtool-after-refusals ethtool -x eth0
 step set-weights rsspp nic set eth0 --weights 1,0,0,3
 step ethtool-weights ethtool -x eth0
+step run-keep rsspp run --iface eth0 --mode hardware --cpus 1,3 --xdp-mode skb --no-metrics --duration 1 --keep
+step ethtool-run-keep ethtool -x eth0
+step run-restore rsspp run --iface eth0 --mode hardware --cpus 0,2 --xdp-mode skb --no-metrics --duration 1
+step ethtool-run-restore ethtool -x eth0
+step run-bad-queue rsspp run --iface eth0 --mode hardware --cpus 0,5 --xdp-mode skb --no-metrics --duration 1
+step run-final rsspp run --iface eth0 --mode hardware --cpus 0,1 --xdp-mode skb --no-metrics --duration 0.5
 ";
 
 /// The ring count and the table of an `ethtool -x eth0` listing (or of
@@ -119,4 +127,23 @@ fn the_table_rsspp_writes_is_the_one_ethtool_reads() {
     step("set-weights", 0);
     let weighted = as_u32(&IndirectionTable::weighted(size, &[1, 0, 0, 3]).unwrap());
     assert_eq!(parse_table(step("ethtool-weights", 0)), (4, weighted));
+
+    // The daemon in hardware mode writes the equal table over its queues;
+    // --keep leaves it in the NIC.
+    let log = step("run-keep", 0);
+    assert!(log.contains("left the last table in the NIC"), "{log}");
+    let kept = as_u32(&IndirectionTable::equal_over(size, &[1, 3]).unwrap());
+    assert_eq!(parse_table(step("ethtool-run-keep", 0)), (4, kept.clone()));
+    // Without --keep the NIC gets back the table it had before the run.
+    step("run-restore", 0);
+    assert_eq!(parse_table(step("ethtool-run-restore", 0)), (4, kept));
+    // A queue the NIC does not have: refused, named.
+    let refused = step("run-bad-queue", 1);
+    assert!(
+        refused.contains("eth0 has 4 receive queues (0 to 3); queue 5 does not exist"),
+        "{refused}"
+    );
+    // No program left attached by any of the runs: another one would be
+    // refused ("another XDP program … is attached").
+    step("run-final", 0);
 }

@@ -95,8 +95,10 @@ struct {
 /* The kernel's enum; only its size matters here. */
 enum xdp_rss_hash_type { XDP_RSS_TYPE_NONE = 0 };
 
+/* Weak: kernels before 6.3 lack the kfunc, and a strong extern would make
+ * libbpf refuse the whole object there, even with this program unloaded. */
 extern int bpf_xdp_metadata_rx_hash(const struct xdp_md *ctx, __u32 *hash,
-				    enum xdp_rss_hash_type *rss_type) __ksym;
+				    enum xdp_rss_hash_type *rss_type) __ksym __weak;
 
 static __always_inline void count(void *map, __u32 key)
 {
@@ -201,7 +203,7 @@ int xdp_rsspp_rxh(struct xdp_md *ctx)
 	t = bpf_map_lookup_elem(&rsspp_key, &zero);
 	if (!cfg || !t)
 		return XDP_PASS;
-	if (cfg->use_rx_hash) {
+	if (cfg->use_rx_hash && bpf_ksym_exists(bpf_xdp_metadata_rx_hash)) {
 		/* Fails (-ENODATA, -EOPNOTSUPP) when the driver or this
 		 * packet has no hash: fall back to the Toeplitz hash. */
 		have = bpf_xdp_metadata_rx_hash(ctx, &nic_hash, &type) == 0;

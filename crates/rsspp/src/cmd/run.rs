@@ -336,6 +336,15 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
                 default_cpu: targets[0],
                 force: args.force,
             };
+            // Queues checked before anything is attached.
+            let queues = nic.rx_queues()?;
+            if let Some(&queue) = targets.iter().find(|&&q| q >= queues) {
+                return Err(CliError::Invalid(format!(
+                    "{} has {queues} receive queues (0 to {}); queue {queue} does not exist",
+                    args.iface,
+                    queues.saturating_sub(1)
+                )));
+            }
             let mut xdp = load_counter(&options, attach)?;
             xdp.attach()?;
             let path = HardwarePath::new(xdp, nic, targets.clone())
