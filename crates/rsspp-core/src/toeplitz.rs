@@ -248,6 +248,77 @@ pub fn bucket_of(hash: u32, table_size: usize) -> usize {
     hash as usize & (table_size - 1)
 }
 
+/// Microsoft's "Verifying the RSS hash calculation" vectors, for the
+/// Microsoft key: (source, source port, destination, destination port, hash
+/// of the addresses only, hash with the ports). Any port of the hash (the
+/// XDP programs' included) is checked against them.
+pub const MICROSOFT_VECTORS: &[(&str, u16, &str, u16, u32, u32)] = &[
+    (
+        "66.9.149.187",
+        2794,
+        "161.142.100.80",
+        1766,
+        0x323e8fc2,
+        0x51ccc178,
+    ),
+    (
+        "199.92.111.2",
+        14230,
+        "65.69.140.83",
+        4739,
+        0xd718262a,
+        0xc626b0ea,
+    ),
+    (
+        "24.19.198.95",
+        12898,
+        "12.22.207.184",
+        38024,
+        0xd2d0a5de,
+        0x5c2b394a,
+    ),
+    (
+        "38.27.205.30",
+        48228,
+        "209.142.163.6",
+        2217,
+        0x82989176,
+        0xafc7327f,
+    ),
+    (
+        "153.39.163.191",
+        44251,
+        "202.188.127.2",
+        1303,
+        0x5d1809c5,
+        0x10e828a2,
+    ),
+    (
+        "3ffe:2501:200:1fff::7",
+        2794,
+        "3ffe:2501:200:3::1",
+        1766,
+        0x2cc18cd5,
+        0x40207d3d,
+    ),
+    (
+        "3ffe:501:8::260:97ff:fe40:efab",
+        14230,
+        "ff02::1",
+        4739,
+        0x0f0c461c,
+        0xdde51bbf,
+    ),
+    (
+        "3ffe:1900:4545:3:200:f8ff:fe21:67cf",
+        44251,
+        "fe80::200:f8ff:fe21:67cf",
+        38024,
+        0x4b61e985,
+        0x02d1feef,
+    ),
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -262,81 +333,11 @@ mod tests {
         }
     }
 
-    /// Microsoft's "Verifying the RSS hash calculation" vectors:
-    /// (source, source port, destination, destination port, hash of the
-    /// addresses only, hash with ports).
-    const VECTORS: &[(&str, u16, &str, u16, u32, u32)] = &[
-        (
-            "66.9.149.187",
-            2794,
-            "161.142.100.80",
-            1766,
-            0x323e8fc2,
-            0x51ccc178,
-        ),
-        (
-            "199.92.111.2",
-            14230,
-            "65.69.140.83",
-            4739,
-            0xd718262a,
-            0xc626b0ea,
-        ),
-        (
-            "24.19.198.95",
-            12898,
-            "12.22.207.184",
-            38024,
-            0xd2d0a5de,
-            0x5c2b394a,
-        ),
-        (
-            "38.27.205.30",
-            48228,
-            "209.142.163.6",
-            2217,
-            0x82989176,
-            0xafc7327f,
-        ),
-        (
-            "153.39.163.191",
-            44251,
-            "202.188.127.2",
-            1303,
-            0x5d1809c5,
-            0x10e828a2,
-        ),
-        (
-            "3ffe:2501:200:1fff::7",
-            2794,
-            "3ffe:2501:200:3::1",
-            1766,
-            0x2cc18cd5,
-            0x40207d3d,
-        ),
-        (
-            "3ffe:501:8::260:97ff:fe40:efab",
-            14230,
-            "ff02::1",
-            4739,
-            0x0f0c461c,
-            0xdde51bbf,
-        ),
-        (
-            "3ffe:1900:4545:3:200:f8ff:fe21:67cf",
-            44251,
-            "fe80::200:f8ff:fe21:67cf",
-            38024,
-            0x4b61e985,
-            0x02d1feef,
-        ),
-    ];
-
     #[test]
     fn microsoft_verification_vectors() {
         let t = Toeplitz::default();
         let key = RssKey::microsoft();
-        for &(src, sport, dst, dport, addr_hash, port_hash) in VECTORS {
+        for &(src, sport, dst, dport, addr_hash, port_hash) in MICROSOFT_VECTORS {
             let with_ports = flow(src, dst, Some((sport, dport)));
             let without = flow(src, dst, None);
             assert_eq!(t.hash_flow(&with_ports), port_hash, "{with_ports}");

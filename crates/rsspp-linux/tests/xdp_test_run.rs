@@ -8,6 +8,7 @@ mod common;
 use std::net::IpAddr;
 
 use common::*;
+use rsspp_core::toeplitz::MICROSOFT_VECTORS;
 use rsspp_core::{FlowKey, RssKey};
 use rsspp_linux::xdp::{
     AttachMode, OtherCounts, Program, Xdp, XdpAction, XdpError, XdpOptions, DEFAULT_CPUMAP_QUEUE,
@@ -296,76 +297,6 @@ fn counting_counts_each_frame_in_its_bucket_and_passes_it() {
     }
 }
 
-/// Microsoft's "Verifying the RSS hash calculation" vectors, as listed in
-/// the core crate's tests: (source, source port, destination, destination
-/// port, hash of the addresses, hash with the ports).
-const VECTORS: &[(&str, u16, &str, u16, u32, u32)] = &[
-    (
-        "66.9.149.187",
-        2794,
-        "161.142.100.80",
-        1766,
-        0x323e8fc2,
-        0x51ccc178,
-    ),
-    (
-        "199.92.111.2",
-        14230,
-        "65.69.140.83",
-        4739,
-        0xd718262a,
-        0xc626b0ea,
-    ),
-    (
-        "24.19.198.95",
-        12898,
-        "12.22.207.184",
-        38024,
-        0xd2d0a5de,
-        0x5c2b394a,
-    ),
-    (
-        "38.27.205.30",
-        48228,
-        "209.142.163.6",
-        2217,
-        0x82989176,
-        0xafc7327f,
-    ),
-    (
-        "153.39.163.191",
-        44251,
-        "202.188.127.2",
-        1303,
-        0x5d1809c5,
-        0x10e828a2,
-    ),
-    (
-        "3ffe:2501:200:1fff::7",
-        2794,
-        "3ffe:2501:200:3::1",
-        1766,
-        0x2cc18cd5,
-        0x40207d3d,
-    ),
-    (
-        "3ffe:501:8::260:97ff:fe40:efab",
-        14230,
-        "ff02::1",
-        4739,
-        0x0f0c461c,
-        0xdde51bbf,
-    ),
-    (
-        "3ffe:1900:4545:3:200:f8ff:fe21:67cf",
-        44251,
-        "fe80::200:f8ff:fe21:67cf",
-        38024,
-        0x4b61e985,
-        0x02d1feef,
-    ),
-];
-
 /// The one bucket a frame is counted in.
 fn bucket_hit(x: &Xdp, frame: &[u8]) -> usize {
     let mut before = vec![0; x.reta_size()];
@@ -396,7 +327,7 @@ fn bpf_toeplitz_matches_microsoft_vectors() {
     )
     .unwrap();
     for x in [&count, &steer] {
-        for &(src, sport, dst, dport, addr_hash, port_hash) in VECTORS {
+        for &(src, sport, dst, dport, addr_hash, port_hash) in MICROSOFT_VECTORS {
             let (s, d) = (ip(src), ip(dst));
             let with_ports = ip_frame(s, d, L4::Tcp(sport, dport));
             assert_eq!(

@@ -25,10 +25,6 @@ use rsspp_trace::generate::build_frame;
 use rsspp_trace::{GenPacket, PcapWriter, TimePrecision};
 
 const RSSPP: &str = env!("CARGO_BIN_EXE_rsspp");
-/// The destination MAC of the XDP tests' raw frames (their `netns` helper
-/// refers to it).
-#[allow(dead_code)]
-const MAC_DST: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
 /// The daemon's end of the pair (veth0 is the sender's).
 const DUT: &str = "veth1";
 const RETA: usize = 128;

@@ -3,10 +3,12 @@
 //! root as CI runs). The table actually written is checked in a QEMU/KVM
 //! guest: `nic_guest.rs`.
 
-use std::process::Command as StdCommand;
-use std::sync::atomic::{AtomicUsize, Ordering};
+#[path = "../../rsspp-linux/tests/common/netns.rs"]
+#[allow(dead_code)]
+mod netns;
 
 use assert_cmd::Command;
+use netns::Netns;
 use predicates::prelude::*;
 
 const RSSPP: &str = env!("CARGO_BIN_EXE_rsspp");
@@ -26,68 +28,11 @@ fn rsspp(args: &[&str]) -> Command {
     cmd
 }
 
-/// A network namespace holding a veth pair with 4 RX queues (`rsspp-a`,
-/// `rsspp-b`); deleted on drop, the pair with it.
-struct VethNetns {
-    name: String,
-}
-
-impl VethNetns {
-    fn new() -> Self {
-        static COUNTER: AtomicUsize = AtomicUsize::new(0);
-        let name = format!(
-            "rsspp-nic-{}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        );
-        Self::ip(&["netns", "add", &name]);
-        let ns = Self { name };
-        Self::ip(&[
-            "-n",
-            &ns.name,
-            "link",
-            "add",
-            "rsspp-a",
-            "numrxqueues",
-            "4",
-            "numtxqueues",
-            "4",
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "rsspp-b",
-        ]);
-        ns
-    }
-
-    fn ip(args: &[&str]) {
-        let out = StdCommand::new("ip")
-            .args(args)
-            .output()
-            .expect("running ip");
-        assert!(
-            out.status.success(),
-            "ip {}: {} (this test needs root)",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-
-    /// `rsspp ARGS` inside the namespace.
-    fn rsspp(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &self.name, RSSPP]).args(args);
-        cmd
-    }
-}
-
-impl Drop for VethNetns {
-    fn drop(&mut self) {
-        let _ = StdCommand::new("ip")
-            .args(["netns", "del", &self.name])
-            .status();
-    }
+/// `rsspp ARGS` inside `ns`.
+fn rsspp_in(ns: &Netns, args: &[&str]) -> Command {
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", &ns.name, RSSPP]).args(args);
+    cmd
 }
 
 #[test]
@@ -152,26 +97,26 @@ fn malformed_requests_are_usage_errors() {
 
 #[test]
 fn queues_out_of_range_are_refused_before_the_device_is_touched() {
-    let ns = VethNetns::new();
+    let ns = Netns::with_veth_queues("nic", 4);
     fails_with(
-        &mut ns.rsspp(&["nic", "set", "rsspp-a", "--equal", "0,7"]),
-        "rsspp-a: queue 7 is out of range: the device has 4 RX queue(s) (0 to 3)",
+        &mut rsspp_in(&ns, &["nic", "set", "veth0", "--equal", "0,7"]),
+        "veth0: queue 7 is out of range: the device has 4 RX queue(s) (0 to 3)",
     );
     fails_with(
-        &mut ns.rsspp(&["nic", "set", "rsspp-a", "--weights", "1,1,1,1,1"]),
-        "rsspp-a: 5 weights given, but the device has 4 RX queue(s)",
+        &mut rsspp_in(&ns, &["nic", "set", "veth0", "--weights", "1,1,1,1,1"]),
+        "veth0: 5 weights given, but the device has 4 RX queue(s)",
     );
 }
 
 #[test]
 fn veth_has_no_writable_table() {
-    let ns = VethNetns::new();
+    let ns = Netns::with_veth_queues("nic", 4);
     fails_with(
-        &mut ns.rsspp(&["nic", "show", "rsspp-a"]),
-        "rsspp-a: the driver has no indirection table",
+        &mut rsspp_in(&ns, &["nic", "show", "veth0"]),
+        "veth0: the driver has no indirection table",
     );
     fails_with(
-        &mut ns.rsspp(&["nic", "set", "rsspp-a", "--equal", "0,3"]),
-        "rsspp-a: the driver has no writable indirection table",
+        &mut rsspp_in(&ns, &["nic", "set", "veth0", "--equal", "0,3"]),
+        "veth0: the driver has no writable indirection table",
     );
 }

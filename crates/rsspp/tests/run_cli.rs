@@ -12,9 +12,6 @@ use std::process::{Command, Output};
 use netns::Netns;
 
 const RSSPP: &str = env!("CARGO_BIN_EXE_rsspp");
-/// Referred to by the `netns` helper's raw-frame sender (unused here).
-#[allow(dead_code)]
-const MAC_DST: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
 
 fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.

@@ -8,13 +8,20 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// A network namespace holding `veth0 <-> veth1`, both up, IPv6 off so
-/// that the kernel sends nothing of its own through them.
+/// that the kernel sends nothing of its own through them. Shared by the
+/// tests of `rsspp-linux` and, through `#[path]`, of the `rsspp` binary.
 pub struct Netns {
     pub name: String,
 }
 
 impl Netns {
+    /// One queue each way.
     pub fn with_veth(tag: &str) -> Netns {
+        Self::with_veth_queues(tag, 1)
+    }
+
+    /// `queues` receive and transmit queues on each end.
+    pub fn with_veth_queues(tag: &str, queues: u32) -> Netns {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let name = format!(
             "rsspp-{tag}-{}-{}",
@@ -30,8 +37,24 @@ impl Netns {
             "net.ipv6.conf.all.disable_ipv6=1",
             "net.ipv6.conf.default.disable_ipv6=1",
         ]);
+        let q = queues.to_string();
         ns.ip(&[
-            "link", "add", "veth0", "type", "veth", "peer", "name", "veth1",
+            "link",
+            "add",
+            "veth0",
+            "numrxqueues",
+            &q,
+            "numtxqueues",
+            &q,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "veth1",
+            "numrxqueues",
+            &q,
+            "numtxqueues",
+            &q,
         ]);
         ns.ip(&["link", "set", "veth0", "up"]);
         ns.ip(&["link", "set", "veth1", "up"]);
@@ -129,8 +152,10 @@ pub fn send_frames(dev: &str, frames: &[Vec<u8>]) {
     addr.sll_family = libc::AF_PACKET as u16;
     addr.sll_ifindex = ifindex as i32;
     addr.sll_halen = 6;
-    addr.sll_addr[..6].copy_from_slice(&super::MAC_DST);
     for frame in frames {
+        // A raw socket sends the frame as it is; the address names its
+        // destination as the frame does.
+        addr.sll_addr[..6].copy_from_slice(&frame[..6]);
         // SAFETY: the frame and address outlive the call.
         let sent = unsafe {
             libc::sendto(
