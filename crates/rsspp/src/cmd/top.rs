@@ -244,8 +244,35 @@ enum Wake {
     Sample,
 }
 
-/// Waits until `until`, returning early for a quit key, a signal or a
-/// resize.
+/// What the terminal's input says.
+enum Input {
+    /// Bytes (or nothing) to read.
+    Open,
+    /// The terminal is gone (its window closed, its multiplexer killed).
+    HungUp,
+}
+
+/// Waits up to `timeout` for input on the terminal. crossterm's own wait
+/// would spin forever on a terminal that hung up (its reads return end of
+/// file), ignoring its timeout and our signals: this one notices.
+fn wait_input(timeout: Duration) -> Input {
+    let mut fd = libc::pollfd {
+        fd: libc::STDIN_FILENO,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: one valid pollfd.
+    let n = unsafe { libc::poll(&mut fd, 1, ms) };
+    if n > 0 && fd.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
+        Input::HungUp
+    } else {
+        Input::Open
+    }
+}
+
+/// Waits until `until`, returning early for a quit key, a signal, a resize
+/// or a terminal that went away.
 fn wait(until: Instant, signalled: &AtomicBool) -> io::Result<Wake> {
     loop {
         if signalled.load(Ordering::Relaxed) {
@@ -255,8 +282,12 @@ fn wait(until: Instant, signalled: &AtomicBool) -> io::Result<Wake> {
         if left.is_zero() {
             return Ok(Wake::Sample);
         }
-        // Short polls so a SIGTERM is noticed within 100 ms.
-        if event::poll(left.min(Duration::from_millis(100)))? {
+        // Short waits so a SIGTERM is noticed within 100 ms.
+        if let Input::HungUp = wait_input(left.min(Duration::from_millis(100))) {
+            return Ok(Wake::Quit);
+        }
+        // Keys, and resizes (which come by signal, not on the input).
+        while event::poll(Duration::ZERO)? {
             match event::read()? {
                 Event::Key(KeyEvent {
                     code,
