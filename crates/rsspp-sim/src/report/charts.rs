@@ -384,23 +384,17 @@ pub fn imbalance(policies: &[PolicyResult]) -> String {
         bottom: 12.0 + ROW_H * policies.len().max(2) as f64,
     };
     let mut svg = Svg::new(WIDTH, area.bottom + 48.0, "imbalance per policy");
-    let x = ValueAxis::new(
+    let x = percent_axis(
+        &mut svg,
+        area,
         policies
             .iter()
             .flat_map(|p| p.imbalance_samples.iter().copied())
             .chain(policies.iter().map(|p| p.summary.imbalance_median)),
-        area.left,
-        area.right,
-    );
-    let title = format!(
-        "imbalance: (max − min) / min packets per core, %{} — lower is fairer",
-        if x.is_log() { ", log scale" } else { "" }
-    );
-    x_axis(
-        &mut svg,
-        area,
-        &x.ticks(|v| format!("{}%", tick_label(v))),
-        &title,
+        (
+            "imbalance: (max − min) / min packets per core, %",
+            " — lower is fairer",
+        ),
     );
     if policies.is_empty() {
         no_data(&mut svg, area, "no policy was run");
@@ -472,6 +466,25 @@ pub fn imbalance(policies: &[PolicyResult]) -> String {
         );
     }
     svg.finish()
+}
+
+/// The horizontal axis of a bar chart of percentages over `values`, titled
+/// `before` + ", log scale" when the axis is logarithmic + `after`.
+fn percent_axis(
+    svg: &mut Svg,
+    area: Area,
+    values: impl Iterator<Item = f64>,
+    (before, after): (&str, &str),
+) -> ValueAxis {
+    let x = ValueAxis::new(values, area.left, area.right);
+    let log = if x.is_log() { ", log scale" } else { "" };
+    x_axis(
+        svg,
+        area,
+        &x.ticks(|v| format!("{}%", tick_label(v))),
+        &format!("{before}{log}{after}"),
+    );
+    x
 }
 
 /// Latency CDF per policy, log-scale microseconds.
@@ -620,20 +633,11 @@ pub fn drops_bars(policies: &[PolicyResult]) -> String {
             p.summary.drops as f64 / p.summary.packets as f64
         }
     };
-    let x = ValueAxis::new(
-        policies.iter().map(|p| share(p) * 100.0),
-        area.left,
-        area.right,
-    );
-    let title = format!(
-        "packets dropped (% of offered{})",
-        if x.is_log() { ", log scale" } else { "" }
-    );
-    x_axis(
+    let x = percent_axis(
         &mut svg,
         area,
-        &x.ticks(|v| format!("{}%", tick_label(v))),
-        &title,
+        policies.iter().map(|p| share(p) * 100.0),
+        ("packets dropped (% of offered", ")"),
     );
     if policies.is_empty() {
         no_data(&mut svg, area, "no policy was run");
