@@ -101,14 +101,9 @@ fn parse_value(s: &str) -> Option<f64> {
     }
 }
 
-/// Parses one line; `Ok(None)` for comments and blank lines.
-pub fn parse_line(line: &str) -> Result<Option<Series<'_>>, String> {
-    let line = line.trim_start();
-    if line.is_empty() || line.starts_with('#') {
-        return Ok(None);
-    }
-    let name_len = line
-        .char_indices()
+/// Length of the metric or label name `s` starts with (0: none).
+fn name_len(s: &str) -> usize {
+    s.char_indices()
         .find(|&(i, c)| {
             !(if i == 0 {
                 is_name_start(c)
@@ -116,7 +111,16 @@ pub fn parse_line(line: &str) -> Result<Option<Series<'_>>, String> {
                 is_name_char(c)
             })
         })
-        .map_or(line.len(), |(i, _)| i);
+        .map_or(s.len(), |(i, _)| i)
+}
+
+/// Parses one line; `Ok(None)` for comments and blank lines.
+pub fn parse_line(line: &str) -> Result<Option<Series<'_>>, String> {
+    let line = line.trim_start();
+    if line.is_empty() || line.starts_with('#') {
+        return Ok(None);
+    }
+    let name_len = name_len(line);
     if name_len == 0 {
         return Err("expected a metric name".into());
     }
@@ -152,16 +156,7 @@ fn parse_labels<'a>(
         if let Some(rest) = s.strip_prefix('}') {
             return Ok(rest);
         }
-        let len = s
-            .char_indices()
-            .find(|&(i, c)| {
-                !(if i == 0 {
-                    is_name_start(c)
-                } else {
-                    is_name_char(c)
-                })
-            })
-            .map_or(s.len(), |(i, _)| i);
+        let len = name_len(s);
         if len == 0 {
             return Err("expected a label name".into());
         }
