@@ -8,16 +8,21 @@
 //! 10 → 5 … down to 1 Hz by default), and returns to the base interval as
 //! soon as either rises or a plan moves buckets (§4 of the paper).
 //!
-//! A non-empty plan is handed to the caller's callback *before* the loop
-//! adopts the new table, so per-bucket state can be prepared to follow the
-//! moved buckets ("buckets X, Y, Z move from core A to core B").
+//! The loop proposes, the caller disposes: [`ControlLoop::tick`] returns the
+//! round's plan without changing anything; the caller, which owns the
+//! indirection table (a NIC, the XDP maps, the simulator's coordinator),
+//! applies the plan and then calls [`ControlLoop::commit`], or
+//! [`ControlLoop::abandon`] when the device refused it. Per-bucket state can
+//! be prepared to follow the moved buckets in between ("buckets X, Y, Z move
+//! from core A to core B").
 
 use std::time::Duration;
 
 use serde::Serialize;
 
 use crate::balance::{rebalance, BalanceConfig, BalanceError, BalanceOutcome, LoadReport};
-use crate::reta::{IndirectionTable, MigrationPlan};
+use crate::measure::imbalance_ratio;
+use crate::reta::IndirectionTable;
 
 /// Knobs of the control loop.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -28,7 +33,7 @@ pub struct ControlConfig {
     pub max_interval: Duration,
     /// Back off only while the average load of the active cores is below this.
     pub backoff_load: f64,
-    /// … and the imbalance ((max − min) / mean of the active cores' loads) below this.
+    /// … and their load imbalance ([`imbalance_ratio`]) below this.
     pub backoff_imbalance: f64,
     /// The rebalancer's own knobs.
     pub balance: BalanceConfig,
@@ -46,63 +51,62 @@ impl Default for ControlConfig {
     }
 }
 
-/// What one call to [`ControlLoop::tick`] did.
+/// What one call to [`ControlLoop::tick`] found and proposes.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Tick {
-    /// The rebalancing round.
+    /// The rebalancing round: its plan, the table the plan leads to, the
+    /// estimated loads before and after.
     pub outcome: BalanceOutcome,
     /// Average estimated load of the active cores before the round.
     pub average_load: f64,
-    /// (max − min) / mean of the active cores' estimated loads before the round.
+    /// [`imbalance_ratio`] of the active cores' estimated loads before the
+    /// round.
     pub imbalance: f64,
     /// The interval until the next round.
     pub next_interval: Duration,
 }
 
-/// Why a tick did not run.
+/// Why the control loop refused a call.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ControlError {
     /// The measurements were refused by the rebalancer.
     #[error(transparent)]
     Balance(#[from] BalanceError),
-    /// The callback refused the plan; the table was left as it was.
-    #[error("the migration callback refused the plan: {0}")]
-    Refused(String),
+    /// A round ran while the previous round's plan was neither committed
+    /// nor abandoned.
+    #[error("the previous plan ({moves} bucket moves) was neither committed nor abandoned")]
+    PlanPending {
+        /// Moves of the pending plan.
+        moves: usize,
+    },
+    /// A commit or abandon with no plan pending.
+    #[error("no plan is pending")]
+    NothingPending,
 }
 
-/// The RSS++ control loop for one indirection table.
+/// The RSS++ control loop for one indirection table, which the caller owns.
 #[derive(Debug, Clone)]
 pub struct ControlLoop {
     config: ControlConfig,
-    table: IndirectionTable,
     interval: Duration,
     next_deadline: Duration,
     rounds: u64,
     migrations: u64,
+    /// Moves of the plan the last tick proposed, until committed or abandoned.
+    pending: Option<usize>,
 }
 
 impl ControlLoop {
-    /// A loop starting from `table`, whose first round is due at time zero.
-    pub fn new(table: IndirectionTable, config: ControlConfig) -> Self {
+    /// A loop whose first round is due at time zero.
+    pub fn new(config: ControlConfig) -> Self {
         Self {
             interval: config.interval,
             config,
-            table,
             next_deadline: Duration::ZERO,
             rounds: 0,
             migrations: 0,
+            pending: None,
         }
-    }
-
-    /// The table as the loop last applied it.
-    pub fn table(&self) -> &IndirectionTable {
-        &self.table
-    }
-
-    /// Replaces the table, e.g. after the device refused a write and the
-    /// caller re-read what is really there.
-    pub fn set_table(&mut self, table: IndirectionTable) {
-        self.table = table;
     }
 
     /// The configuration.
@@ -125,7 +129,7 @@ impl ControlLoop {
         self.rounds
     }
 
-    /// Buckets moved so far.
+    /// Buckets moved by committed plans so far.
     pub fn migrations(&self) -> u64 {
         self.migrations
     }
@@ -135,44 +139,43 @@ impl ControlLoop {
         now >= self.next_deadline
     }
 
-    /// Runs one round on the counts and loads measured since the last one.
+    /// Whether the last plan awaits [`commit`](Self::commit) or
+    /// [`abandon`](Self::abandon).
+    pub fn has_pending_plan(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    /// Runs one round on `table` (the table in use) and the counts and
+    /// loads measured since the last round, and proposes a plan.
     ///
-    /// When the plan is not empty, `before_apply` sees it first; if it
-    /// returns an error the table stays as it was and the error is returned.
-    /// Otherwise the loop adopts the new table, and the caller writes it to
-    /// the device.
-    pub fn tick<F>(
+    /// Nothing changes outside the loop: when the plan is not empty the
+    /// caller applies it (`tick.outcome.table` is the table it leads to)
+    /// and then calls [`commit`](Self::commit), or
+    /// [`abandon`](Self::abandon) if it could not. The next round is
+    /// refused until it has.
+    pub fn tick(
         &mut self,
         now: Duration,
+        table: &IndirectionTable,
         bucket_packets: &[u64],
         core_load: &[f64],
-        before_apply: F,
-    ) -> Result<Tick, ControlError>
-    where
-        F: FnOnce(&MigrationPlan) -> Result<(), String>,
-    {
+    ) -> Result<Tick, ControlError> {
+        if let Some(moves) = self.pending {
+            return Err(ControlError::PlanPending { moves });
+        }
         let report = LoadReport {
-            table: &self.table,
+            table,
             bucket_packets,
             core_load,
         };
         let outcome = rebalance(&report, &self.config.balance)?;
-        let active = self.table.cores_in_use();
+        let active = table.cores_in_use();
         let loads: Vec<f64> = active.iter().map(|&c| outcome.load_before[c]).collect();
         let average_load = loads.iter().sum::<f64>() / loads.len().max(1) as f64;
-        let (max, min) = loads
-            .iter()
-            .fold((f64::MIN, f64::MAX), |(hi, lo), &l| (hi.max(l), lo.min(l)));
-        let imbalance = if average_load > 0.0 {
-            (max - min) / average_load
-        } else {
-            0.0
-        };
+        let imbalance = imbalance_ratio(&loads);
 
         if !outcome.plan.is_empty() {
-            before_apply(&outcome.plan).map_err(ControlError::Refused)?;
-            self.table = outcome.table.clone();
-            self.migrations += outcome.plan.moves.len() as u64;
+            self.pending = Some(outcome.plan.moves.len());
         }
         let quiet = average_load < self.config.backoff_load
             && imbalance < self.config.backoff_imbalance
@@ -191,6 +194,23 @@ impl ControlLoop {
             next_interval: self.interval,
         })
     }
+
+    /// The caller applied the pending plan; returns how many buckets it
+    /// moved.
+    pub fn commit(&mut self) -> Result<usize, ControlError> {
+        let moves = self.pending.take().ok_or(ControlError::NothingPending)?;
+        self.migrations += moves as u64;
+        Ok(moves)
+    }
+
+    /// The caller could not apply the pending plan: the table is as it was,
+    /// and the next round runs one base interval after `now`.
+    pub fn abandon(&mut self, now: Duration) -> Result<(), ControlError> {
+        self.pending.take().ok_or(ControlError::NothingPending)?;
+        self.interval = self.config.interval;
+        self.next_deadline = now + self.interval;
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -208,57 +228,85 @@ mod tests {
         )
     }
 
-    #[test]
-    fn plan_reaches_the_callback_before_the_table_changes() {
-        let table = IndirectionTable::weighted(128, &[3, 1]).unwrap();
-        let mut ctl = ControlLoop::new(table.clone(), ControlConfig::default());
-        let demand = vec![0.01; 128];
-        let (packets, load) = measure(ctl.table(), &demand, 2);
-        let mut seen = None;
-        let tick = ctl
-            .tick(Duration::ZERO, &packets, &load, |plan| {
-                seen = Some(plan.clone());
-                Ok(())
-            })
-            .unwrap();
-        let seen = seen.expect("callback called");
-        assert_eq!(seen, tick.outcome.plan);
-        assert!(seen.moves.iter().all(|m| m.from == 0 && m.to == 1));
-        let mut expected = table;
-        expected.apply(&seen, 2).unwrap();
-        assert_eq!(ctl.table(), &expected);
-        assert_eq!(ctl.migrations(), seen.moves.len() as u64);
-        assert_eq!(tick.next_interval, Duration::from_millis(100));
+    /// One round with the plan applied and committed, as a driver does.
+    fn round(
+        ctl: &mut ControlLoop,
+        table: &mut IndirectionTable,
+        now: Duration,
+        demand: &[f64],
+        cores: usize,
+    ) -> Tick {
+        let (p, l) = measure(table, demand, cores);
+        let t = ctl.tick(now, table, &p, &l).unwrap();
+        if !t.outcome.plan.is_empty() {
+            *table = t.outcome.table.clone();
+            ctl.commit().unwrap();
+        }
+        t
     }
 
     #[test]
-    fn refused_plan_leaves_the_table() {
+    fn tick_proposes_and_commit_counts() {
+        let mut table = IndirectionTable::weighted(128, &[3, 1]).unwrap();
+        let before = table.clone();
+        let mut ctl = ControlLoop::new(ControlConfig::default());
+        let (packets, load) = measure(&table, &vec![0.01; 128], 2);
+        let tick = ctl.tick(Duration::ZERO, &table, &packets, &load).unwrap();
+        let plan = &tick.outcome.plan;
+        assert!(!plan.is_empty());
+        assert!(plan.moves.iter().all(|m| m.from == 0 && m.to == 1));
+        assert!(ctl.has_pending_plan());
+        assert_eq!(ctl.migrations(), 0, "nothing counted before the commit");
+        let mut expected = before;
+        expected.apply(plan, 2).unwrap();
+        assert_eq!(tick.outcome.table, expected);
+        // A second round before the commit is refused.
+        assert_eq!(
+            ctl.tick(Duration::from_millis(100), &table, &packets, &load),
+            Err(ControlError::PlanPending {
+                moves: plan.moves.len()
+            })
+        );
+        table = tick.outcome.table.clone();
+        assert_eq!(ctl.commit(), Ok(plan.moves.len()));
+        assert_eq!(ctl.migrations(), plan.moves.len() as u64);
+        assert_eq!(ctl.commit(), Err(ControlError::NothingPending));
+        assert_eq!(tick.next_interval, Duration::from_millis(100));
+        // Balanced now: the next round proposes nothing.
+        let (packets, load) = measure(&table, &vec![0.01; 128], 2);
+        let t = ctl
+            .tick(Duration::from_millis(100), &table, &packets, &load)
+            .unwrap();
+        assert!(t.outcome.plan.is_empty());
+        assert!(!ctl.has_pending_plan());
+    }
+
+    #[test]
+    fn abandoned_plan_counts_nothing_and_retries_at_the_base_rate() {
         let table = IndirectionTable::weighted(128, &[3, 1]).unwrap();
-        let mut ctl = ControlLoop::new(table.clone(), ControlConfig::default());
-        let (packets, load) = measure(ctl.table(), &vec![0.01; 128], 2);
-        let err = ctl
-            .tick(
-                Duration::ZERO,
-                &packets,
-                &load,
-                |_| Err("state busy".into()),
-            )
-            .unwrap_err();
-        assert_eq!(err, ControlError::Refused("state busy".into()));
-        assert_eq!(ctl.table(), &table);
+        let mut ctl = ControlLoop::new(ControlConfig::default());
+        let (packets, load) = measure(&table, &vec![0.01; 128], 2);
+        let t = ctl.tick(Duration::ZERO, &table, &packets, &load).unwrap();
+        assert!(!t.outcome.plan.is_empty());
+        let now = Duration::from_millis(30);
+        ctl.abandon(now).unwrap();
         assert_eq!(ctl.migrations(), 0);
+        assert_eq!(ctl.next_deadline(), now + Duration::from_millis(100));
+        assert_eq!(ctl.abandon(now), Err(ControlError::NothingPending));
+        // The same measurements propose the same plan again.
+        let again = ctl.tick(now, &table, &packets, &load).unwrap();
+        assert_eq!(again.outcome.plan, t.outcome.plan);
     }
 
     #[test]
     fn backs_off_when_quiet_and_snaps_back_under_load() {
-        let table = IndirectionTable::equal(128, 4).unwrap();
-        let mut ctl = ControlLoop::new(table, ControlConfig::default());
+        let mut table = IndirectionTable::equal(128, 4).unwrap();
+        let mut ctl = ControlLoop::new(ControlConfig::default());
         let quiet = vec![0.2 * 4.0 / 128.0; 128];
         let mut now = Duration::ZERO;
         let mut intervals = Vec::new();
         for _ in 0..6 {
-            let (p, l) = measure(ctl.table(), &quiet, 4);
-            let t = ctl.tick(now, &p, &l, |_| Ok(())).unwrap();
+            let t = round(&mut ctl, &mut table, now, &quiet, 4);
             assert!(t.outcome.plan.is_empty());
             intervals.push(t.next_interval.as_millis());
             now = ctl.next_deadline();
@@ -267,43 +315,45 @@ mod tests {
         assert!(!ctl.is_due(now - Duration::from_millis(1)) && ctl.is_due(now));
         // Load rises: back to 10 Hz at once.
         let busy = vec![0.7 * 4.0 / 128.0; 128];
-        let (p, l) = measure(ctl.table(), &busy, 4);
-        let t = ctl.tick(now, &p, &l, |_| Ok(())).unwrap();
+        let t = round(&mut ctl, &mut table, now, &busy, 4);
         assert_eq!(t.next_interval, Duration::from_millis(100));
         assert_eq!(ctl.next_deadline(), now + Duration::from_millis(100));
     }
 
     #[test]
     fn imbalance_keeps_the_base_rate_even_at_low_load() {
-        let table = IndirectionTable::equal(128, 2).unwrap();
-        let mut ctl = ControlLoop::new(table, ControlConfig::default());
+        let mut table = IndirectionTable::equal(128, 2).unwrap();
+        let mut ctl = ControlLoop::new(ControlConfig::default());
         // Two buckets on core 0 carry everything; nothing can fix that,
         // but the loop must keep watching at 10 Hz.
         let mut demand = vec![0.0; 128];
         demand[0] = 0.3;
         demand[2] = 0.01;
-        let (p, l) = measure(ctl.table(), &demand, 2);
-        let t = ctl.tick(Duration::ZERO, &p, &l, |_| Ok(())).unwrap();
+        let t = round(&mut ctl, &mut table, Duration::ZERO, &demand, 2);
         assert!(t.imbalance > 0.05);
         assert_eq!(t.next_interval, Duration::from_millis(100));
     }
 
     #[test]
     fn converges_then_moves_nothing() {
-        let table = IndirectionTable::weighted(512, &[4, 1, 1, 1, 1, 1, 1, 1]).unwrap();
-        let mut ctl = ControlLoop::new(table, ControlConfig::default());
+        let mut table = IndirectionTable::weighted(512, &[4, 1, 1, 1, 1, 1, 1, 1]).unwrap();
+        let mut ctl = ControlLoop::new(ControlConfig::default());
         let demand: Vec<f64> = (0..512)
             .map(|b| 0.6 * 8.0 / 512.0 * (0.5 + (b % 7) as f64 / 6.0))
             .collect();
         let mut moved = Vec::new();
-        for round in 0..5 {
-            let (p, l) = measure(ctl.table(), &demand, 8);
-            let t = ctl
-                .tick(Duration::from_millis(100 * round), &p, &l, |_| Ok(()))
-                .unwrap();
+        for r in 0..5 {
+            let t = round(
+                &mut ctl,
+                &mut table,
+                Duration::from_millis(100 * r),
+                &demand,
+                8,
+            );
             moved.push(t.outcome.plan.moves.len());
         }
         assert!(moved[0] > 0);
         assert!(moved[2..].iter().all(|&m| m == 0), "{moved:?}");
+        assert_eq!(ctl.migrations(), moved.iter().sum::<usize>() as u64);
     }
 }

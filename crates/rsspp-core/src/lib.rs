@@ -7,7 +7,9 @@
 //! - [`counters`]: per-core, per-bucket packet counters, lossless, with no
 //!   atomic read-modify-write on the packet path.
 //! - [`balance`]: the RSS++ rebalancer (§3.1 of the paper) and CPU scaling (§3.2).
-//! - [`control`]: the control-loop policy (interval, back-off, migration plans).
+//! - [`control`]: the control-loop policy (interval, back-off; proposes plans
+//!   the caller applies and commits).
+//! - [`measure`]: load imbalance and busy time → load, defined once.
 //! - [`state`]: per-bucket flow tables and the lock-free, order-preserving
 //!   migration of a bucket's state between cores (§3.3).
 
@@ -17,6 +19,7 @@ pub mod balance;
 pub mod control;
 pub mod counters;
 pub mod flow;
+pub mod measure;
 pub mod reta;
 pub mod state;
 pub mod toeplitz;

@@ -10,11 +10,11 @@
 use std::time::{Duration, Instant};
 
 use rsspp_core::control::ControlError;
-use rsspp_core::{ControlConfig, ControlLoop, IndirectionTable, MigrationPlan, ScalingAction};
+use rsspp_core::measure::{imbalance_ratio, load_from_busy};
+use rsspp_core::{ControlConfig, ControlLoop, IndirectionTable, ScalingAction};
 use tracing::{debug, info};
 
 use crate::cpu::{BusyClock, CpuError};
-use crate::metrics::imbalance_ratio;
 
 /// A data path error, whatever layer it comes from.
 pub type DataPathError = Box<dyn std::error::Error + Send + Sync>;
@@ -123,7 +123,12 @@ pub struct Daemon<D: DataPath, B: BusyClock> {
     datapath: D,
     clock: B,
     control: ControlLoop,
-    /// The table the data path uses, in target numbers.
+    /// The table the data path uses, in control-loop core numbers (target
+    /// `i` is core `i`): the one copy, changed only once the data path has
+    /// taken a plan.
+    table: IndirectionTable,
+    /// The same table in target numbers, as last written (derived from
+    /// `table`, for the metrics).
     written: Vec<u32>,
     last_buckets: Vec<u64>,
     last_targets: Vec<u64>,
@@ -134,9 +139,20 @@ pub struct Daemon<D: DataPath, B: BusyClock> {
     rounds: u64,
 }
 
+/// `table` with each core replaced by its target.
+fn in_targets(table: &IndirectionTable, targets: &[u32]) -> Vec<u32> {
+    table.entries().iter().map(|&c| targets[c]).collect()
+}
+
 /// Counter increase, tolerating a counter that restarted from zero.
 fn delta(now: u64, before: u64) -> u64 {
     now.checked_sub(before).unwrap_or(now)
+}
+
+/// A commit or abandon the control loop refused: the daemon drives it
+/// wrongly.
+fn control_bug(e: ControlError) -> DaemonError {
+    DaemonError::Config(format!("control loop: {e}"))
 }
 
 impl<D: DataPath, B: BusyClock> Daemon<D, B> {
@@ -156,7 +172,7 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
         }
         let table = IndirectionTable::equal(config.reta_size, n)
             .map_err(|e| DaemonError::Config(e.to_string()))?;
-        let written: Vec<u32> = table.entries().iter().map(|&c| config.targets[c]).collect();
+        let written = in_targets(&table, &config.targets);
         let all: Vec<usize> = (0..written.len()).collect();
         datapath
             .write_table(&written, &all)
@@ -173,10 +189,11 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
         clock.busy_ns(&config.targets, &mut last_busy)?;
         let interval = config.control.interval;
         Ok(Self {
-            control: ControlLoop::new(table, config.control),
+            control: ControlLoop::new(config.control),
             config,
             datapath,
             clock,
+            table,
             written,
             last_buckets,
             last_targets,
@@ -265,15 +282,15 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
             .zip(&self.last_targets)
             .map(|(&a, &b)| delta(a, b) as f64 / seconds)
             .collect();
-        let busy_delta: Vec<f64> = busy
+        let busy_load: Vec<f64> = busy
             .iter()
             .zip(&self.last_busy)
-            .map(|(&a, &b)| delta(a, b) as f64 / 1e9 / seconds)
+            .map(|(&a, &b)| load_from_busy(Duration::from_nanos(delta(a, b)), interval))
             .collect();
         let load: Vec<f64> = match self.config.load {
-            LoadModel::Measured => busy_delta.iter().map(|l| l.clamp(0.0, 1.0)).collect(),
+            LoadModel::Measured => busy_load,
             LoadModel::ByPackets => {
-                let total_busy: f64 = busy_delta.iter().sum();
+                let total_busy: f64 = busy_load.iter().sum();
                 let total_pps: f64 = pps.iter().sum();
                 pps.iter()
                     .map(|&p| {
@@ -297,40 +314,28 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
         let mut solve = Duration::ZERO;
         if self.config.balance {
             let started = Instant::now();
-            let targets = &self.config.targets;
-            let written = &mut self.written;
-            let datapath = &mut self.datapath;
-            let mut applied: Option<MigrationPlan> = None;
-            let tick = self.control.tick(now, &bucket_packets, &load, |plan| {
-                let mut table = written.clone();
-                let changed: Vec<usize> = plan.moves.iter().map(|m| m.bucket).collect();
-                for m in &plan.moves {
-                    table[m.bucket] = targets[m.to];
-                }
-                datapath
-                    .write_table(&table, &changed)
-                    .map_err(|e| e.to_string())?;
-                *written = table;
-                applied = Some(plan.clone());
-                Ok(())
-            });
+            let tick = self
+                .control
+                .tick(now, &self.table, &bucket_packets, &load)
+                .map_err(|e| DaemonError::Config(format!("rebalancer: {e}")))?;
             solve = started.elapsed();
-            match tick {
-                Ok(t) => {
-                    scaling = t.outcome.scaling;
-                    self.next = now + t.next_interval;
+            scaling = tick.outcome.scaling;
+            self.next = now + tick.next_interval;
+            let plan = &tick.outcome.plan;
+            if !plan.is_empty() {
+                let table = in_targets(&tick.outcome.table, &self.config.targets);
+                let changed: Vec<usize> = plan.moves.iter().map(|m| m.bucket).collect();
+                if let Err(e) = self.datapath.write_table(&table, &changed) {
+                    // The data path kept the old table, which is still in
+                    // use: the loop forgets the plan and tries again next
+                    // round.
+                    self.control.abandon(now).map_err(control_bug)?;
+                    self.next = self.control.next_deadline();
+                    return Err(DaemonError::Table(e.to_string()));
                 }
-                Err(ControlError::Refused(why)) => {
-                    // The data path refused the table: the loop kept the
-                    // old one, which is still in use. Try again next round.
-                    self.next = now + self.config.control.interval;
-                    return Err(DaemonError::Table(why));
-                }
-                Err(ControlError::Balance(e)) => {
-                    return Err(DaemonError::Config(format!("rebalancer: {e}")));
-                }
-            }
-            if let Some(plan) = applied {
+                self.control.commit().map_err(control_bug)?;
+                self.table = tick.outcome.table.clone();
+                self.written = table;
                 for m in &plan.moves {
                     let mv = Move {
                         bucket: m.bucket,

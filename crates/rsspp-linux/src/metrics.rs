@@ -83,7 +83,7 @@ pub struct MetricsSnapshot {
     /// The indirection table, indexed by bucket.
     pub buckets: Vec<BucketMetrics>,
     /// (max − min) / min of the per-CPU packet rates over the last interval
-    /// (see [`imbalance_ratio`]).
+    /// (see [`rsspp_core::measure::imbalance_ratio`]).
     pub imbalance_ratio: f64,
     /// Buckets moved since the daemon started.
     pub migrations_total: u64,
@@ -110,26 +110,6 @@ impl MetricsSnapshot {
             interval_seconds: 0.0,
             rebalance_seconds: Histogram::rebalance(),
         }
-    }
-}
-
-/// (max − min) / min of per-CPU packet rates.
-///
-/// Zero when there are no CPUs or none received anything (nothing to
-/// balance); `+Inf` when one CPU received nothing while another did, since no
-/// finite ratio describes a CPU left idle beside a busy one.
-pub fn imbalance_ratio(rates: &[f64]) -> f64 {
-    let (min, max) = rates
-        .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &r| {
-            (lo.min(r), hi.max(r))
-        });
-    if rates.is_empty() || max <= 0.0 {
-        0.0
-    } else if min <= 0.0 {
-        f64::INFINITY
-    } else {
-        (max - min) / min
     }
 }
 

@@ -13,6 +13,8 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
+use rsspp_core::measure::imbalance_ratio;
+
 use crate::cost::{CostModel, StateModel, StateTable};
 use crate::metrics::{FinishOrder, LatencyHistogram};
 use crate::packet::{Ns, SimPacket};
@@ -659,7 +661,7 @@ impl Engine {
         }
     }
 
-    /// One imbalance sample: (max − min) / min packets per processing core
+    /// One imbalance sample ([`imbalance_ratio`], percent) of the packets per processing core
     /// over the second, cores active all second long.
     fn second_sample(&mut self) {
         let workers = self.sh.topology.workers;
@@ -669,15 +671,10 @@ impl Engine {
             .map(|c| c.done_second)
             .collect();
         if counts.len() >= 2 && counts.iter().any(|&c| c > 0) {
-            let max = *counts.iter().max().expect("non-empty") as f64;
-            let min = *counts.iter().min().expect("non-empty") as f64;
-            // A core that processed nothing while others worked: the ratio
-            // is unbounded (fewer flows than cores, say).
-            self.imbalance.push(if min == 0.0 {
-                f64::INFINITY
-            } else {
-                (max - min) / min * 100.0
-            });
+            // Infinite when a core processed nothing while others worked
+            // (fewer flows than cores, say).
+            let counts: Vec<f64> = counts.iter().map(|&c| c as f64).collect();
+            self.imbalance.push(imbalance_ratio(&counts) * 100.0);
         }
         for c in &mut self.sh.cores {
             c.done_second = 0;

@@ -176,15 +176,6 @@ fn special_values_and_label_values_are_spelled_as_the_format_wants() {
 }
 
 #[test]
-fn imbalance_is_max_minus_min_over_min() {
-    assert_eq!(imbalance_ratio(&[100.0, 150.0, 200.0]), 1.0);
-    assert_eq!(imbalance_ratio(&[50.0, 50.0]), 0.0);
-    assert_eq!(imbalance_ratio(&[0.0, 10.0]), f64::INFINITY);
-    assert_eq!(imbalance_ratio(&[0.0, 0.0]), 0.0);
-    assert_eq!(imbalance_ratio(&[]), 0.0);
-}
-
-#[test]
 fn the_shared_snapshot_is_updated_in_place() {
     let shared = SharedMetrics::new(MetricsSnapshot::new("lo", "software"));
     let other = shared.clone();

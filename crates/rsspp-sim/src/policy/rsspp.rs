@@ -99,9 +99,9 @@ impl FlowHandler for Recorder {
 /// RSS++.
 pub struct RssPlusPlus {
     control: ControlLoop,
+    /// Owns the table the NIC uses (the control loop proposes, the
+    /// coordinator applies).
     coordinator: MigrationCoordinator,
-    /// The table the NIC uses now.
-    nic_table: IndirectionTable,
     workers: Vec<BucketWorker<Recorder>>,
     /// Packets processed by a core's worker outside its own batch (parked
     /// packets run when their table arrives): charged at its next poll.
@@ -156,7 +156,7 @@ impl RssPlusPlus {
             active[c] = true;
         }
         Ok(Self {
-            control: ControlLoop::new(table.clone(), control_config),
+            control: ControlLoop::new(control_config),
             coordinator,
             workers,
             deferred: vec![Vec::new(); cores],
@@ -166,7 +166,6 @@ impl RssPlusPlus {
             next_round: config.interval_ns,
             switch: None,
             active,
-            nic_table: table,
             topology: Topology::hardware(cores, config.queue_size),
             outbox: Outbox::default(),
             in_flight: Vec::new(),
@@ -242,14 +241,16 @@ impl RssPlusPlus {
             self.busy_at_round[c] = sys.busy_ns(c);
         }
         self.last_round = now;
-        let counts = std::mem::replace(&mut self.bucket_packets, vec![0; self.nic_table.len()]);
-        let mut planned = None;
-        let tick = self
-            .control
-            .tick(Duration::from_nanos(now), &counts, &loads, |plan| {
-                planned = Some(plan.clone());
-                Ok(())
-            });
+        let counts = std::mem::replace(
+            &mut self.bucket_packets,
+            vec![0; self.coordinator.table().len()],
+        );
+        let tick = self.control.tick(
+            Duration::from_nanos(now),
+            self.coordinator.table(),
+            &counts,
+            &loads,
+        );
         self.rounds += 1;
         match tick {
             Ok(t) => {
@@ -258,9 +259,9 @@ impl RssPlusPlus {
                     ScalingAction::Remove(_) => self.removed += 1,
                     ScalingAction::None | ScalingAction::NoSpareCore => {}
                 }
-                if let Some(plan) = planned {
+                if !t.outcome.plan.is_empty() {
                     self.plans += 1;
-                    self.switch = Some((now + self.table_update_ns(), plan));
+                    self.switch = Some((now + self.table_update_ns(), t.outcome.plan));
                 }
             }
             Err(e) => {
@@ -290,9 +291,11 @@ impl RssPlusPlus {
             .coordinator
             .apply(plan, &queued)
             .expect("plans are applied only when no bucket is migrating");
-        self.nic_table = self.coordinator.table().clone();
+        self.control
+            .commit()
+            .expect("the plan in flight is the control loop's pending plan");
         self.active.iter_mut().for_each(|a| *a = false);
-        for c in self.nic_table.cores_in_use() {
+        for c in self.coordinator.table().cores_in_use() {
             self.active[c] = true;
         }
         for command in commands {
@@ -326,9 +329,10 @@ impl Policy for RssPlusPlus {
     }
 
     fn steer(&mut self, p: &SimPacket, _now: Ns) -> Option<usize> {
-        let bucket = bucket_of(p.hash, self.nic_table.len());
+        let table = self.coordinator.table();
+        let bucket = bucket_of(p.hash, table.len());
         self.bucket_packets[bucket] += 1;
-        Some(self.nic_table.core_of(bucket))
+        Some(table.core_of(bucket))
     }
 
     fn process(&mut self, batch: &mut Vec<SimPacket>, cpu: &mut Cpu<'_>) {

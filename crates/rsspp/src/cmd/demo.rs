@@ -135,7 +135,8 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
         },
         ..ControlConfig::default()
     };
-    let mut ctl = ControlLoop::new(table, config);
+    let mut table = table;
+    let mut ctl = ControlLoop::new(config);
     let mut o = String::new();
 
     outln!(
@@ -145,8 +146,8 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
     );
     outln!(o, "workload: Zipf(0.9) bucket loads plus two elephant flows on the same core; bars: demand (▓ = beyond the core's capacity)");
     outln!(o);
-    let true_load = measure(ctl.table(), &demand, args.cores).true_load;
-    let active = ctl.table().cores_in_use();
+    let true_load = measure(&table, &demand, args.cores).true_load;
+    let active = table.cores_in_use();
     outln!(
         o,
         "static table (like `ethtool -X IF equal {first_cores}`):"
@@ -159,16 +160,17 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
     let mut solve_total = Duration::ZERO;
     let mut now = Duration::ZERO;
     for round in 1..=args.rounds {
-        let m = measure(ctl.table(), &demand, args.cores);
-        let mut handed = String::new();
+        let m = measure(&table, &demand, args.cores);
         let started = Instant::now();
         let tick = ctl
-            .tick(now, &m.bucket_packets, &m.core_load, |plan| {
-                handed = plan.to_string();
-                Ok(())
-            })
+            .tick(now, &table, &m.bucket_packets, &m.core_load)
             .map_err(|e| CliError::Invalid(e.to_string()))?;
         let took = started.elapsed();
+        if !tick.outcome.plan.is_empty() {
+            table = tick.outcome.table.clone();
+            ctl.commit().map_err(|e| CliError::Invalid(e.to_string()))?;
+        }
+        let handed = tick.outcome.plan.to_string();
         solve_total += took;
         now += tick.next_interval;
         let out = &tick.outcome;
@@ -201,14 +203,14 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
                 n => format!(", {n} elephant bucket(s) isolated on their own core"),
             }
         );
-        tracing::info!("plan handed to the state-migration callback: {handed}");
-        let true_load = measure(ctl.table(), &demand, args.cores).true_load;
+        tracing::info!("plan applied: {handed}");
+        let true_load = measure(&table, &demand, args.cores).true_load;
         print_loads(&mut o, &true_load, &out.active_cores);
     }
-    let true_load = measure(ctl.table(), &demand, args.cores).true_load;
-    let active = ctl.table().cores_in_use();
+    let true_load = measure(&table, &demand, args.cores).true_load;
+    let active = table.cores_in_use();
     let (max_after, spread_after) = summary(&true_load, &active);
-    let elephant_cores: Vec<usize> = isolated.iter().map(|&b| ctl.table().core_of(b)).collect();
+    let elephant_cores: Vec<usize> = isolated.iter().map(|&b| table.core_of(b)).collect();
     let others: Vec<usize> = active
         .iter()
         .copied()

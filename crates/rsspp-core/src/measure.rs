@@ -1,0 +1,63 @@
+//! Measures every front end reports the same way: the simulator, the
+//! daemon, its `/metrics`, `rsspp top` and the control loop's back-off.
+
+use std::time::Duration;
+
+/// Load imbalance of a set of per-core figures (packets, packet rates or
+/// loads): (max − min) / min, a ratio (×100 for percent).
+///
+/// This is the RSS++ paper's measure (Figure 12: the packets of the most
+/// loaded core relative to the least loaded one, minus one): 0 is perfect
+/// balance, 1 means the busiest core got twice what the idlest got. It is
+/// infinite when one core got nothing while another got something (no finite
+/// ratio describes an idle core beside a busy one), and 0 when nothing
+/// arrived at all or there is no core.
+pub fn imbalance_ratio(values: &[f64]) -> f64 {
+    let (min, max) = values
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &v| {
+            (lo.min(v), hi.max(v))
+        });
+    if values.is_empty() || max <= 0.0 {
+        0.0
+    } else if min <= 0.0 {
+        f64::INFINITY
+    } else {
+        (max - min) / min
+    }
+}
+
+/// A core's load over an interval: the fraction of it the core was busy,
+/// in `[0, 1]` (busy time is sampled at the ends of the interval, so a busy
+/// clock read a little late can exceed the interval). An empty interval is
+/// load 0.
+pub fn load_from_busy(busy: Duration, interval: Duration) -> f64 {
+    if interval.is_zero() {
+        return 0.0;
+    }
+    (busy.as_secs_f64() / interval.as_secs_f64()).clamp(0.0, 1.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn imbalance_is_max_minus_min_over_min() {
+        assert_eq!(imbalance_ratio(&[100.0, 150.0, 200.0]), 1.0);
+        assert_eq!(imbalance_ratio(&[50.0, 50.0]), 0.0);
+        assert_eq!(imbalance_ratio(&[0.0, 10.0]), f64::INFINITY);
+        assert_eq!(imbalance_ratio(&[0.0, 0.0]), 0.0);
+        assert_eq!(imbalance_ratio(&[]), 0.0);
+        assert_eq!(imbalance_ratio(&[7.0]), 0.0);
+    }
+
+    #[test]
+    fn load_is_busy_over_interval_clamped() {
+        let ms = Duration::from_millis;
+        assert_eq!(load_from_busy(ms(25), ms(100)), 0.25);
+        assert_eq!(load_from_busy(ms(130), ms(100)), 1.0);
+        assert_eq!(load_from_busy(ms(0), ms(100)), 0.0);
+        assert_eq!(load_from_busy(ms(5), Duration::ZERO), 0.0);
+    }
+}
