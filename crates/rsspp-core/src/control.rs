@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::balance::{rebalance, BalanceConfig, BalanceError, BalanceOutcome, LoadReport};
+use crate::balance::{rebalance, BalanceConfig, BalanceError, BalanceOutcome, LoadReport, Setting};
 use crate::measure::imbalance_ratio;
 use crate::reta::IndirectionTable;
 
@@ -48,6 +48,27 @@ impl Default for ControlConfig {
             backoff_imbalance: 0.05,
             balance: BalanceConfig::default(),
         }
+    }
+}
+
+impl ControlConfig {
+    /// Checks every knob's range, the rebalancer's included; the error
+    /// names the knob.
+    pub fn validate(&self) -> Result<(), BalanceError> {
+        let bad = |setting, expected| Err(BalanceError::BadConfig { setting, expected });
+        if !(Duration::from_millis(1)..=Duration::from_secs(10)).contains(&self.interval) {
+            return bad(Setting::Interval, "between 1 ms and 10 s");
+        }
+        if self.max_interval < self.interval || self.max_interval > Duration::from_secs(60) {
+            return bad(Setting::MaxInterval, "between the interval and 60 s");
+        }
+        if !(self.backoff_load.is_finite() && (0.0..=1.0).contains(&self.backoff_load)) {
+            return bad(Setting::BackoffLoad, "in [0, 1]");
+        }
+        if self.backoff_imbalance.is_nan() || self.backoff_imbalance < 0.0 {
+            return bad(Setting::BackoffImbalance, "a non-negative number");
+        }
+        self.balance.validate()
     }
 }
 
@@ -243,6 +264,28 @@ mod tests {
             ctl.commit().unwrap();
         }
         t
+    }
+
+    #[test]
+    fn settings_out_of_range_are_named() {
+        assert_eq!(ControlConfig::default().validate(), Ok(()));
+        let named = |c: ControlConfig| match c.validate() {
+            Err(BalanceError::BadConfig { setting, .. }) => setting,
+            other => panic!("{other:?}"),
+        };
+        let mut c = ControlConfig {
+            interval: Duration::ZERO,
+            ..ControlConfig::default()
+        };
+        assert_eq!(named(c), Setting::Interval);
+        c.interval = Duration::from_secs(2);
+        assert_eq!(named(c), Setting::MaxInterval);
+        c.max_interval = Duration::from_secs(2);
+        c.balance.tolerance = 0.5;
+        assert_eq!(named(c), Setting::Tolerance);
+        c.balance.tolerance = 0.01;
+        c.backoff_imbalance = f64::NAN;
+        assert_eq!(named(c), Setting::BackoffImbalance);
     }
 
     #[test]

@@ -25,7 +25,7 @@ pub mod state;
 pub mod toeplitz;
 
 pub use balance::{
-    rebalance, BalanceConfig, BalanceError, BalanceOutcome, LoadReport, ScalingAction,
+    rebalance, BalanceConfig, BalanceError, BalanceOutcome, LoadReport, ScalingAction, Setting,
 };
 pub use control::{ControlConfig, ControlLoop};
 pub use flow::FlowKey;

@@ -97,8 +97,13 @@ pub enum BalanceError {
         value: f64,
     },
     /// A configuration value out of range.
-    #[error("invalid configuration: {0}")]
-    BadConfig(&'static str),
+    #[error("{setting} must be {expected}")]
+    BadConfig {
+        /// The knob.
+        setting: Setting,
+        /// Its valid range, in words.
+        expected: &'static str,
+    },
 }
 
 /// The measurements one rebalancing round works on.
@@ -136,28 +141,66 @@ pub struct BalanceOutcome {
 }
 
 impl BalanceConfig {
-    fn check(&self) -> Result<(), BalanceError> {
+    /// Checks every knob's range; the error names the knob.
+    pub fn validate(&self) -> Result<(), BalanceError> {
         let ok = |v: f64| v.is_finite() && v >= 0.0;
-        if !ok(self.tolerance) || self.tolerance >= 1.0 {
-            return Err(BalanceError::BadConfig("tolerance must be in [0, 1)"));
+        let bad = |setting, expected| Err(BalanceError::BadConfig { setting, expected });
+        if !ok(self.tolerance) || self.tolerance >= 0.5 {
+            return bad(Setting::Tolerance, "in [0, 0.5)");
         }
         if !ok(self.migration_cost) {
-            return Err(BalanceError::BadConfig(
-                "migration cost must be a non-negative number",
-            ));
+            return bad(Setting::MigrationCost, "a non-negative number");
         }
         if !(ok(self.saturation) && self.saturation > 0.0 && self.saturation <= 1.0) {
-            return Err(BalanceError::BadConfig("saturation must be in (0, 1]"));
+            return bad(Setting::Saturation, "in (0, 1]");
         }
         if !(ok(self.target_load) && self.target_load > 0.0 && self.target_load <= 1.0) {
-            return Err(BalanceError::BadConfig("target load must be in (0, 1]"));
+            return bad(Setting::TargetLoad, "in (0, 1]");
         }
         if !ok(self.scale_down_slack) {
-            return Err(BalanceError::BadConfig(
-                "scale-down slack must be a non-negative number",
-            ));
+            return bad(Setting::ScaleDownSlack, "a non-negative number");
         }
         Ok(())
+    }
+}
+
+/// A knob of the rebalancer or the control loop, as named in errors (front
+/// ends map it to their own option names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Setting {
+    /// [`BalanceConfig::tolerance`].
+    Tolerance,
+    /// [`BalanceConfig::migration_cost`].
+    MigrationCost,
+    /// [`BalanceConfig::saturation`].
+    Saturation,
+    /// [`BalanceConfig::target_load`].
+    TargetLoad,
+    /// [`BalanceConfig::scale_down_slack`].
+    ScaleDownSlack,
+    /// The control loop's base interval.
+    Interval,
+    /// The control loop's longest back-off interval.
+    MaxInterval,
+    /// The control loop's back-off load threshold.
+    BackoffLoad,
+    /// The control loop's back-off imbalance threshold.
+    BackoffImbalance,
+}
+
+impl std::fmt::Display for Setting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Setting::Tolerance => "tolerance",
+            Setting::MigrationCost => "migration cost",
+            Setting::Saturation => "saturation",
+            Setting::TargetLoad => "target load",
+            Setting::ScaleDownSlack => "scale-down slack",
+            Setting::Interval => "interval",
+            Setting::MaxInterval => "maximum interval",
+            Setting::BackoffLoad => "back-off load",
+            Setting::BackoffImbalance => "back-off imbalance",
+        })
     }
 }
 
@@ -214,7 +257,7 @@ pub fn rebalance(
     config: &BalanceConfig,
 ) -> Result<BalanceOutcome, BalanceError> {
     report.validate()?;
-    config.check()?;
+    config.validate()?;
     let estimate = estimate::estimate(
         report.table,
         report.bucket_packets,

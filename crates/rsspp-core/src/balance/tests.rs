@@ -252,7 +252,7 @@ fn bad_input_is_rejected() {
         },
         &bad,
     );
-    assert!(matches!(r, Err(BalanceError::BadConfig(_))));
+    assert!(matches!(r, Err(BalanceError::BadConfig { .. })));
 }
 
 /// Feeds the rebalancer its own plans for up to `max_rounds` rounds.
