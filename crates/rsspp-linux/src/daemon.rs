@@ -285,7 +285,7 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
         let busy_load: Vec<f64> = busy
             .iter()
             .zip(&self.last_busy)
-            .map(|(&a, &b)| load_from_busy(Duration::from_nanos(delta(a, b)), interval))
+            .map(|(&a, &b)| load_from_busy(delta(a, b), interval.as_nanos() as u64))
             .collect();
         let load: Vec<f64> = match self.config.load {
             LoadModel::Measured => busy_load,
