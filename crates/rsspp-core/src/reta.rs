@@ -70,8 +70,8 @@ pub struct BucketMove {
     pub to: CoreId,
 }
 
-/// A set of bucket moves applied together: what the balancer hands to the
-/// state-migration callback before the table is rewritten.
+/// A set of bucket moves applied together: what the balancer proposes, and
+/// what the table's owner prepares per-bucket state for, then applies.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MigrationPlan {
     /// The moves, at most one per bucket.
