@@ -3,7 +3,7 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rsspp_linux::metrics::{
     render, CpuMetrics, MetricsError, MetricsServer, MetricsSnapshot, ServerLimits, SharedMetrics,
@@ -30,6 +30,7 @@ fn quick() -> ServerLimits {
         read_timeout: Duration::from_millis(300),
         write_timeout: Duration::from_millis(300),
         max_request_bytes: 4096,
+        max_connections: 64,
     }
 }
 
@@ -238,4 +239,55 @@ fn stop_and_drop_close_the_port() {
         TcpStream::connect(addr).is_err(),
         "still listening after drop"
     );
+}
+
+#[test]
+fn idle_connections_do_not_delay_a_scrape() {
+    // Thirty clients connect and say nothing for up to 10 s each. Served one
+    // at a time, a scrape behind them would wait 30 × 10 s; served side by
+    // side it answers at once.
+    let limits = ServerLimits {
+        read_timeout: Duration::from_secs(10),
+        ..quick()
+    };
+    let server = MetricsServer::start_with_limits(any_port(), shared(), limits).unwrap();
+    let addr = server.local_addr();
+    let idle: Vec<TcpStream> = (0..30).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    // Let the server accept them all before the scrape connects.
+    std::thread::sleep(Duration::from_millis(200));
+    let started = Instant::now();
+    let response = get_metrics(addr);
+    let took = started.elapsed();
+    assert_eq!(split(&response).0, "HTTP/1.1 200 OK");
+    // A bound far above a scrape's time and far below one idle client's.
+    assert!(took < Duration::from_secs(5), "scrape took {took:?}");
+    drop(idle);
+}
+
+#[test]
+fn connections_beyond_the_limit_are_refused_at_once() {
+    let limits = ServerLimits {
+        read_timeout: Duration::from_secs(10),
+        max_connections: 4,
+        ..quick()
+    };
+    let server = MetricsServer::start_with_limits(any_port(), shared(), limits).unwrap();
+    let addr = server.local_addr();
+    let idle: Vec<TcpStream> = (0..4).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let started = Instant::now();
+    let response = get_metrics(addr);
+    assert_eq!(split(&response).0, "HTTP/1.1 503 Service Unavailable");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // Once the idle clients hang up, scrapes are served again.
+    drop(idle);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let response = get_metrics(addr);
+        if split(&response).0 == "HTTP/1.1 200 OK" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still refused: {response}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

@@ -1,15 +1,19 @@
-//! A minimal HTTP/1.1 server for `GET /metrics`, on one thread.
+//! A minimal HTTP/1.1 server for `GET /metrics`.
 //!
-//! Prometheus scrapes every few seconds and `rsspp top` twice a second: one
-//! thread answering one connection at a time is plenty, and every request is
-//! bounded in size and time so a slow or hostile client delays the others by
-//! at most [`ServerLimits::read_timeout`] and never hangs the server. Each
-//! response closes its connection (`Connection: close`), so there is no
-//! keep-alive state to manage.
+//! Prometheus scrapes every few seconds and `rsspp top` twice a second. One
+//! thread accepts; each connection is answered on a thread of its own, so an
+//! idle or slow client (a half-open scraper, a port scanner, a terminal left
+//! connected) never delays anyone else's scrape. Every request is bounded in
+//! size and time ([`ServerLimits`]), and at most
+//! [`ServerLimits::max_connections`] are served at once: beyond that a
+//! connection is answered `503` at once and closed, so a flood of idle
+//! connections costs a bounded number of threads and fails fast instead of
+//! queueing. Each response closes its connection (`Connection: close`), so
+//! there is no keep-alive state to manage.
 
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -65,6 +69,8 @@ pub struct ServerLimits {
     pub write_timeout: Duration,
     /// Largest request head (request line and headers) accepted.
     pub max_request_bytes: usize,
+    /// Connections served at the same time; more are refused with `503`.
+    pub max_connections: usize,
 }
 
 impl Default for ServerLimits {
@@ -75,6 +81,7 @@ impl Default for ServerLimits {
             read_timeout: Duration::from_secs(2),
             write_timeout: Duration::from_secs(2),
             max_request_bytes: 8192,
+            max_connections: 64,
         }
     }
 }
@@ -126,7 +133,8 @@ impl MetricsServer {
         self.addr
     }
 
-    /// Stops accepting, finishes the request in progress and joins the thread.
+    /// Stops accepting and joins the accepting thread (requests in progress
+    /// finish on their own threads, within their limits).
     pub fn stop(mut self) {
         self.shutdown();
     }
@@ -186,15 +194,33 @@ fn accept_loop(
     limits: ServerLimits,
     stop: Arc<AtomicBool>,
 ) {
+    let open = Arc::new(AtomicUsize::new(0));
     for conn in listener.incoming() {
         if stop.load(Ordering::Acquire) {
             break;
         }
         match conn {
             Ok(stream) => {
-                let peer = stream.peer_addr().ok();
-                if let Err(e) = serve(stream, &shared, &limits) {
-                    tracing::debug!(?peer, "metrics request failed: {e}");
+                if open.load(Ordering::Acquire) >= limits.max_connections {
+                    refuse_busy(stream, &limits);
+                    continue;
+                }
+                let guard = Open::new(&open);
+                let shared = shared.clone();
+                let spawned = std::thread::Builder::new()
+                    .name("rsspp-metrics-conn".into())
+                    .spawn(move || {
+                        let _guard = guard;
+                        let peer = stream.peer_addr().ok();
+                        if let Err(e) = serve(stream, &shared, &limits) {
+                            tracing::debug!(?peer, "metrics request failed: {e}");
+                        }
+                    });
+                if let Err(e) = spawned {
+                    // The closure (stream and guard) was dropped with the
+                    // error: the connection is closed and uncounted.
+                    tracing::warn!("metrics server cannot start a connection thread: {e}");
+                    std::thread::sleep(Duration::from_millis(50));
                 }
             }
             Err(e) => {
@@ -204,6 +230,40 @@ fn accept_loop(
             }
         }
     }
+}
+
+/// One connection being served; uncounted when dropped.
+struct Open(Arc<AtomicUsize>);
+
+impl Open {
+    fn new(open: &Arc<AtomicUsize>) -> Self {
+        open.fetch_add(1, Ordering::AcqRel);
+        Self(Arc::clone(open))
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Answers `503` on the accepting thread without reading the request: the
+/// write is one small segment into an empty socket buffer, so it does not
+/// block.
+fn refuse_busy(mut stream: TcpStream, limits: &ServerLimits) {
+    tracing::debug!(
+        max = limits.max_connections,
+        "metrics server busy: connection refused"
+    );
+    let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
+    let _ = respond(
+        &mut stream,
+        "503 Service Unavailable",
+        &[("Retry-After", "1")],
+        b"too many connections\n",
+        false,
+    );
 }
 
 /// What a request head asks for.
