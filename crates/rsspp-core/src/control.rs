@@ -20,7 +20,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::balance::{rebalance, BalanceConfig, BalanceError, BalanceOutcome, LoadReport, Setting};
+use crate::balance::{
+    rebalance_pinned, BalanceConfig, BalanceError, BalanceOutcome, LoadReport, ScalingAction,
+    Setting,
+};
 use crate::measure::imbalance_ratio;
 use crate::reta::IndirectionTable;
 
@@ -35,6 +38,16 @@ pub struct ControlConfig {
     pub backoff_load: f64,
     /// … and their load imbalance ([`imbalance_ratio`]) below this.
     pub backoff_imbalance: f64,
+    /// Hysteresis: a plan that only rebalances (no core added or removed)
+    /// is made only if it is predicted to lower the active cores'
+    /// [`imbalance_ratio`] by at least this fraction (0.25: by a quarter).
+    /// 0 (the default, as in the paper) makes every plan the rebalancer
+    /// finds; a shared host whose loads are noisy wants a margin, or the
+    /// loop chases the noise.
+    pub min_improvement: f64,
+    /// A bucket moved by a committed plan stays on its new core at least
+    /// this long (zero, the default: no dwell).
+    pub min_dwell: Duration,
     /// The rebalancer's own knobs.
     pub balance: BalanceConfig,
 }
@@ -46,6 +59,8 @@ impl Default for ControlConfig {
             max_interval: Duration::from_secs(1),
             backoff_load: 0.5,
             backoff_imbalance: 0.05,
+            min_improvement: 0.0,
+            min_dwell: Duration::ZERO,
             balance: BalanceConfig::default(),
         }
     }
@@ -68,6 +83,12 @@ impl ControlConfig {
         if self.backoff_imbalance.is_nan() || self.backoff_imbalance < 0.0 {
             return bad(Setting::BackoffImbalance, "a non-negative number");
         }
+        if !(self.min_improvement.is_finite() && (0.0..1.0).contains(&self.min_improvement)) {
+            return bad(Setting::MinImprovement, "in [0, 1)");
+        }
+        if self.min_dwell > Duration::from_secs(3600) {
+            return bad(Setting::MinDwell, "at most an hour");
+        }
         self.balance.validate()
     }
 }
@@ -85,6 +106,23 @@ pub struct Tick {
     pub imbalance: f64,
     /// The interval until the next round.
     pub next_interval: Duration,
+    /// Buckets the rebalancer could not move because they moved less than
+    /// [`ControlConfig::min_dwell`] ago.
+    pub pinned: usize,
+    /// A plan the rebalancer found but the loop dropped because it was not
+    /// predicted to lower the imbalance by [`ControlConfig::min_improvement`]:
+    /// its moves, and the predicted imbalance after it. The outcome then has
+    /// an empty plan and the table unchanged.
+    pub dropped: Option<DroppedPlan>,
+}
+
+/// A plan dropped for too small a predicted improvement.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct DroppedPlan {
+    /// Buckets it would have moved.
+    pub moves: usize,
+    /// [`imbalance_ratio`] of the estimated loads it predicted.
+    pub predicted_imbalance: f64,
 }
 
 /// Why the control loop refused a call.
@@ -113,8 +151,11 @@ pub struct ControlLoop {
     next_deadline: Duration,
     rounds: u64,
     migrations: u64,
-    /// Moves of the plan the last tick proposed, until committed or abandoned.
-    pending: Option<usize>,
+    /// The plan the last tick proposed, until committed or abandoned: its
+    /// buckets and when it was proposed.
+    pending: Option<(Vec<usize>, Duration)>,
+    /// When each bucket last moved (for the dwell); grown on first use.
+    moved_at: Vec<Option<Duration>>,
 }
 
 impl ControlLoop {
@@ -127,6 +168,7 @@ impl ControlLoop {
             rounds: 0,
             migrations: 0,
             pending: None,
+            moved_at: Vec::new(),
         }
     }
 
@@ -181,22 +223,66 @@ impl ControlLoop {
         bucket_packets: &[u64],
         core_load: &[f64],
     ) -> Result<Tick, ControlError> {
-        if let Some(moves) = self.pending {
-            return Err(ControlError::PlanPending { moves });
+        if let Some((buckets, _)) = &self.pending {
+            return Err(ControlError::PlanPending {
+                moves: buckets.len(),
+            });
         }
         let report = LoadReport {
             table,
             bucket_packets,
             core_load,
         };
-        let outcome = rebalance(&report, &self.config.balance)?;
+        let dwell = self.config.min_dwell;
+        let pinned: Vec<bool> = if dwell.is_zero() {
+            Vec::new()
+        } else {
+            self.moved_at.resize(table.len(), None);
+            self.moved_at
+                .iter()
+                .map(|at| at.is_some_and(|t| now < t + dwell))
+                .collect()
+        };
+        let mut outcome = rebalance_pinned(&report, &self.config.balance, &pinned)?;
         let active = table.cores_in_use();
         let loads: Vec<f64> = active.iter().map(|&c| outcome.load_before[c]).collect();
         let average_load = loads.iter().sum::<f64>() / loads.len().max(1) as f64;
         let imbalance = imbalance_ratio(&loads);
 
+        let mut dropped = None;
+        let rebalancing_only = matches!(
+            outcome.scaling,
+            ScalingAction::None | ScalingAction::NoSpareCore
+        );
+        if !outcome.plan.is_empty() && rebalancing_only && self.config.min_improvement > 0.0 {
+            let after: Vec<f64> = outcome
+                .active_cores
+                .iter()
+                .map(|&c| outcome.load_after[c])
+                .collect();
+            let predicted = imbalance_ratio(&after);
+            // An infinite imbalance made finite is an improvement; one that
+            // stays infinite is not.
+            let enough = if imbalance.is_infinite() {
+                predicted.is_finite()
+            } else {
+                predicted <= imbalance * (1.0 - self.config.min_improvement)
+            };
+            if !enough {
+                dropped = Some(DroppedPlan {
+                    moves: outcome.plan.moves.len(),
+                    predicted_imbalance: predicted,
+                });
+                outcome.plan.moves.clear();
+                outcome.table = table.clone();
+                outcome.load_after = outcome.load_before.clone();
+                outcome.active_cores = active.clone();
+            }
+        }
+
         if !outcome.plan.is_empty() {
-            self.pending = Some(outcome.plan.moves.len());
+            let buckets = outcome.plan.moves.iter().map(|m| m.bucket).collect();
+            self.pending = Some((buckets, now));
         }
         let quiet = average_load < self.config.backoff_load
             && imbalance < self.config.backoff_imbalance
@@ -213,15 +299,25 @@ impl ControlLoop {
             average_load,
             imbalance,
             next_interval: self.interval,
+            pinned: pinned.iter().filter(|&&p| p).count(),
+            dropped,
         })
     }
 
     /// The caller applied the pending plan; returns how many buckets it
     /// moved.
     pub fn commit(&mut self) -> Result<usize, ControlError> {
-        let moves = self.pending.take().ok_or(ControlError::NothingPending)?;
-        self.migrations += moves as u64;
-        Ok(moves)
+        let (buckets, at) = self.pending.take().ok_or(ControlError::NothingPending)?;
+        if !self.config.min_dwell.is_zero() {
+            for &b in &buckets {
+                if b >= self.moved_at.len() {
+                    self.moved_at.resize(b + 1, None);
+                }
+                self.moved_at[b] = Some(at);
+            }
+        }
+        self.migrations += buckets.len() as u64;
+        Ok(buckets.len())
     }
 
     /// The caller could not apply the pending plan: the table is as it was,
@@ -398,5 +494,84 @@ mod tests {
         assert!(moved[0] > 0);
         assert!(moved[2..].iter().all(|&m| m == 0), "{moved:?}");
         assert_eq!(ctl.migrations(), moved.iter().sum::<usize>() as u64);
+    }
+
+    #[test]
+    fn a_moved_bucket_dwells_before_it_moves_again() {
+        let config = ControlConfig {
+            min_dwell: Duration::from_secs(1),
+            ..ControlConfig::default()
+        };
+        let mut table = IndirectionTable::equal(64, 2).unwrap();
+        let mut ctl = ControlLoop::new(config);
+        // Bucket 0 carries a third of the load: wherever it goes, the
+        // rebalancer wants to move it when the rest shifts.
+        let mut demand = vec![0.01; 64];
+        demand[0] = 0.3;
+        let t = round(&mut ctl, &mut table, Duration::ZERO, &demand, 2);
+        let first: Vec<usize> = t.outcome.plan.moves.iter().map(|m| m.bucket).collect();
+        assert!(!first.is_empty());
+        // The load swings the other way: the buckets just moved are pinned.
+        let swung: Vec<f64> = (0..64)
+            .map(|b| if table.core_of(b) == 1 { 0.03 } else { 0.005 })
+            .collect();
+        let t = round(&mut ctl, &mut table, Duration::from_millis(100), &swung, 2);
+        assert_eq!(t.pinned, first.len());
+        assert!(t
+            .outcome
+            .plan
+            .moves
+            .iter()
+            .all(|m| !first.contains(&m.bucket)));
+        // A second later they may move again.
+        let (p, l) = measure(&table, &swung, 2);
+        let t = ctl
+            .tick(Duration::from_millis(1100), &table, &p, &l)
+            .unwrap();
+        assert_eq!(t.pinned, 0);
+    }
+
+    #[test]
+    fn a_plan_predicted_to_help_little_is_dropped() {
+        // Loads 0.52 / 0.48 over 64 equal buckets: the rebalancer evens
+        // them out, a 100% improvement of a small imbalance. With a 25%
+        // margin it is made; the same plan against a margin it cannot meet
+        // (over a balanced table with one slightly heavy bucket) is not.
+        let gate = ControlConfig {
+            min_improvement: 0.25,
+            ..ControlConfig::default()
+        };
+        let table = IndirectionTable::equal(64, 2).unwrap();
+        let demand: Vec<f64> = (0..64)
+            .map(|b| if b % 2 == 0 { 0.52 / 32.0 } else { 0.48 / 32.0 })
+            .collect();
+        let (p, l) = measure(&table, &demand, 2);
+        let made = ControlLoop::new(gate)
+            .tick(Duration::ZERO, &table, &p, &l)
+            .unwrap();
+        assert!(!made.outcome.plan.is_empty());
+        assert_eq!(made.dropped, None);
+
+        // Bucket 0 heavier than the rest; every split leaves about the
+        // same imbalance, so the best plan gains only a little.
+        let mut demand = vec![0.4 / 64.0; 64];
+        demand[0] = 0.05;
+        let (p, l) = measure(&table, &demand, 2);
+        let free = ControlLoop::new(ControlConfig::default())
+            .tick(Duration::ZERO, &table, &p, &l)
+            .unwrap();
+        let strict = ControlConfig {
+            min_improvement: 0.99,
+            ..ControlConfig::default()
+        };
+        let mut ctl = ControlLoop::new(strict);
+        let gated = ctl.tick(Duration::ZERO, &table, &p, &l).unwrap();
+        assert!(!free.outcome.plan.is_empty(), "no plan to gate");
+        let dropped = gated.dropped.expect("plan dropped");
+        assert_eq!(dropped.moves, free.outcome.plan.moves.len());
+        assert!(dropped.predicted_imbalance > gated.imbalance * 0.01);
+        assert!(gated.outcome.plan.is_empty());
+        assert_eq!(gated.outcome.table, table);
+        assert!(!ctl.has_pending_plan());
     }
 }

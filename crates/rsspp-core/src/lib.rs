@@ -25,7 +25,8 @@ pub mod state;
 pub mod toeplitz;
 
 pub use balance::{
-    rebalance, BalanceConfig, BalanceError, BalanceOutcome, LoadReport, ScalingAction, Setting,
+    rebalance, rebalance_pinned, BalanceConfig, BalanceError, BalanceOutcome, LoadReport,
+    ScalingAction, Setting,
 };
 pub use control::{ControlConfig, ControlLoop};
 pub use flow::FlowKey;

@@ -186,6 +186,10 @@ pub enum Setting {
     BackoffLoad,
     /// The control loop's back-off imbalance threshold.
     BackoffImbalance,
+    /// The control loop's minimum predicted improvement of a plan.
+    MinImprovement,
+    /// The control loop's minimum time between two moves of a bucket.
+    MinDwell,
 }
 
 impl std::fmt::Display for Setting {
@@ -200,6 +204,8 @@ impl std::fmt::Display for Setting {
             Setting::MaxInterval => "maximum interval",
             Setting::BackoffLoad => "back-off load",
             Setting::BackoffImbalance => "back-off imbalance",
+            Setting::MinImprovement => "minimum improvement",
+            Setting::MinDwell => "minimum dwell",
         })
     }
 }
@@ -256,9 +262,21 @@ pub fn rebalance(
     report: &LoadReport<'_>,
     config: &BalanceConfig,
 ) -> Result<BalanceOutcome, BalanceError> {
+    rebalance_pinned(report, config, &[])
+}
+
+/// One rebalancing round in which the buckets marked in `pinned` stay where
+/// they are (a bucket moved too recently, say), unless their core is
+/// removed by scaling. Their load still counts on their core. `pinned` may
+/// be shorter than the table (missing entries are not pinned).
+pub fn rebalance_pinned(
+    report: &LoadReport<'_>,
+    config: &BalanceConfig,
+    pinned: &[bool],
+) -> Result<BalanceOutcome, BalanceError> {
     report.validate()?;
     config.validate()?;
-    let estimate = estimate::estimate(
+    let mut estimate = estimate::estimate(
         report.table,
         report.bucket_packets,
         report.core_load,
@@ -288,6 +306,18 @@ pub fn rebalance(
         }
         ScalingAction::None | ScalingAction::NoSpareCore => {}
     }
+    // A pinned bucket still on its core becomes load the solver cannot
+    // move; one drained off a removed core is free again.
+    let held: Vec<usize> = pinned
+        .iter()
+        .enumerate()
+        .filter(|&(b, &p)| p && b < owner.len() && owner[b] == report.table.core_of(b))
+        .map(|(b, _)| b)
+        .collect();
+    for &b in &held {
+        estimate.fixed_load[owner[b]] += estimate.bucket_load[b];
+        estimate.bucket_load[b] = 0.0;
+    }
 
     let params = solver::SolverParams {
         tolerance: config.tolerance,
@@ -295,6 +325,10 @@ pub fn rebalance(
         max_steps: 2 * owner.len(),
     };
     let solved = solver::solve(&mut owner, &active, &estimate, params);
+    // The solver gains nothing by moving a load-free bucket, but make sure.
+    for &b in &held {
+        owner[b] = report.table.core_of(b);
+    }
 
     let cores = report.core_load.len();
     // One pass: each core's load under `owner`, and which cores own buckets.

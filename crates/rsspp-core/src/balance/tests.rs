@@ -77,6 +77,55 @@ fn skewed_table_is_balanced_in_one_round() {
 }
 
 #[test]
+fn pinned_buckets_stay_and_the_rest_balance_around_them() {
+    let table = IndirectionTable::weighted(128, &[2, 1, 1, 1]).unwrap();
+    let demand = vec![3.0 / 128.0; 128];
+    let (packets, load) = measure(&table, &demand, 4);
+    let report = LoadReport {
+        table: &table,
+        bucket_packets: &packets,
+        core_load: &load,
+    };
+    let config = BalanceConfig::default();
+    let free = rebalance(&report, &config).unwrap();
+    // Pin every bucket the free round moved, and all but 20 more of core 0.
+    let mut pinned = vec![false; 128];
+    for m in &free.plan.moves {
+        pinned[m.bucket] = true;
+    }
+    let mut spare = 20;
+    for b in 0..128 {
+        if table.core_of(b) == 0 && !pinned[b] {
+            if spare > 0 {
+                spare -= 1;
+            } else {
+                pinned[b] = true;
+            }
+        }
+    }
+    let out = rebalance_pinned(&report, &config, &pinned).unwrap();
+    assert!(!out.plan.is_empty());
+    assert!(
+        out.plan.moves.iter().all(|m| !pinned[m.bucket]),
+        "{}",
+        out.plan
+    );
+    // The unpinned buckets carry the surplus: balanced all the same.
+    let after = true_loads(&out.table, &demand, 4);
+    let (max, min) = (
+        after.iter().cloned().fold(0.0, f64::max),
+        after.iter().cloned().fold(9.0, f64::min),
+    );
+    assert!((max - min) / max < 0.01, "{after:?}");
+    // Everything pinned: nothing moves.
+    let all = vec![true; 128];
+    assert!(rebalance_pinned(&report, &config, &all)
+        .unwrap()
+        .plan
+        .is_empty());
+}
+
+#[test]
 fn elephant_is_isolated_and_the_rest_balanced() {
     // One bucket carries 40% of 4 cores' demand: heavier than the mean (25%).
     let mut demand = vec![2.4 / 127.0; 128];
