@@ -94,12 +94,12 @@ fn pinned_buckets_stay_and_the_rest_balance_around_them() {
         pinned[m.bucket] = true;
     }
     let mut spare = 20;
-    for b in 0..128 {
-        if table.core_of(b) == 0 && !pinned[b] {
+    for (b, pin) in pinned.iter_mut().enumerate() {
+        if table.core_of(b) == 0 && !*pin {
             if spare > 0 {
                 spare -= 1;
             } else {
-                pinned[b] = true;
+                *pin = true;
             }
         }
     }
