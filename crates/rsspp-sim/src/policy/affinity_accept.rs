@@ -56,24 +56,26 @@
 //! backlog in order (a migrated group's fence keeps the receive order), so
 //! the policy reorders nothing.
 //!
+//! The accept queues, busy status, stealing rules and flow groups are
+//! [`rsspp_core::affinity_accept`]'s; this module is the simulator's side:
+//! connections, the receive path and the application loop on the engine's
+//! cores.
+//!
 //! Limits of the model: the receive path of a core runs only between its
 //! application's batches, so a core stuck on an expensive request fills
 //! its accept queue in bursts; a refused connection costs all its packets
 //! (no SYN retransmission), so past saturation it drops more packets than
 //! a deep receive queue does, though with a far lower tail latency.
 
-mod accept;
 mod application;
-mod flow_groups;
-mod lists;
 #[cfg(test)]
 mod tests;
 
 use std::collections::{BTreeMap, VecDeque};
 
-use accept::{AcceptQueue, Status, Stealer, Waiting};
-use flow_groups::{FlowGroups, Received};
-use lists::{List, Lists};
+use rsspp_core::affinity_accept::{
+    AcceptQueue, FlowGroups, List, Lists, Received, Status, Stealer, Waiting,
+};
 
 use crate::cost::StateTable;
 use crate::engine::{Cpu, Queues, System};
@@ -181,14 +183,14 @@ pub struct AffinityAccept {
     queue_size: usize,
     interval_ns: Ns,
     groups: FlowGroups,
-    accept: Vec<AcceptQueue>,
+    accept: Vec<AcceptQueue<SimPacket>>,
     stealers: Vec<Stealer>,
     backlog: Vec<VecDeque<Work>>,
     /// Per core: packets released from a fence, to receive before anything
     /// newer.
     released: Vec<VecDeque<SimPacket>>,
     flows: Vec<Flow>,
-    lists: Lists,
+    lists: Lists<SimPacket>,
     /// Packets per poll of the application (the engine's batch).
     app_batch: usize,
     next_round: Ns,
@@ -232,7 +234,8 @@ impl AffinityAccept {
                 cores,
                 config.queue_size,
                 config.table_update_ns,
-            )?,
+            )
+            .map_err(|e| SimError::InvalidOption(e.to_string()))?,
             accept: vec![AcceptQueue::new(options.accept_queue); cores],
             stealers: (0..cores).map(|c| Stealer::new(c, cores)).collect(),
             backlog: vec![VecDeque::new(); cores],
@@ -336,7 +339,7 @@ impl AffinityAccept {
             generation,
         });
         self.backlog[core].push_back(Work::Accept);
-        let group = self.groups.group(&syn);
+        let group = self.groups.group(syn.hash);
         self.groups.opened(group);
         if status == Status::BecameBusy {
             self.counters.busy_transitions += 1;
@@ -412,7 +415,7 @@ impl Policy for AffinityAccept {
     }
 
     fn steer(&mut self, p: &SimPacket, now: Ns) -> Option<usize> {
-        Some(self.groups.steer(p, now))
+        Some(self.groups.steer(p.hash, now))
     }
 
     fn poll(
@@ -436,7 +439,7 @@ impl Policy for AffinityAccept {
             self.receive(core, p, cpu);
         }
         for &p in batch.iter() {
-            match self.groups.receive(core, &p, &mut self.lists) {
+            match self.groups.receive(core, p.hash, p, &mut self.lists) {
                 Received::Current => self.receive(core, p, cpu),
                 Received::Held => self.counters.fence_held += 1,
                 Received::Old(group) => {

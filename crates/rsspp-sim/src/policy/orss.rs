@@ -19,15 +19,16 @@
 //!   in idle time, batch overhead or buffering are credited to no flow.
 //!   This costs one comparison per packet. *Choice*: 50 µs and 5 ms rounds
 //!   give the thesis's 100 polls per core per round (§5.1).
-//! - **Estimate**: the last 10 rounds weighted `0.15 / 1.1ⁿ` ([`load`]).
-//!   A flow's load travels with it; a core's load is the sum of its flows'.
+//! - **Estimate**: the last 10 rounds weighted `0.15 / 1.1ⁿ`
+//!   ([`rsspp_core::orss::load`]). A flow's load travels with it; a core's
+//!   load is the sum of its flows'.
 //! - **Rounds**: *choice* 5 ms (200 per second: "hundreds of iterations per
 //!   second", §5.4), not [`PolicyConfig::interval_ns`]: oRSS-NIC runs a
 //!   tight polling loop on the SmartNIC, not RSS++'s 100 ms control loop.
-//! - **Balancing** ([`balancer`]): largest flow of the most loaded core to
-//!   the least loaded core while the average squared imbalance falls, core
-//!   reduction, and no ping-pong (a real decrease, no swap of two cores'
-//!   roles, a cooldown after each move).
+//! - **Balancing** ([`rsspp_core::orss::balancer`]): largest flow of the
+//!   most loaded core to the least loaded core while the average squared
+//!   imbalance falls, core reduction, and no ping-pong (a real decrease, no
+//!   swap of two cores' roles, a cooldown after each move).
 //! - **Two-phase migration** (§4.6.2). Flow `f` moves from core A to B:
 //!   1. the table still sends `f` to A until the rule update takes effect
 //!      ([`PolicyConfig::table_update_ns`], the switch's `FLOW_MOD`);
@@ -71,17 +72,14 @@
 
 use std::collections::BTreeMap;
 
-pub mod balancer;
-pub mod load;
+use rsspp_core::orss::{Balancer, BalancerParams, FlowLoad, FlowLoads};
+use rsspp_core::rand::SplitMix64;
 
 use crate::cost::StateTable;
 use crate::engine::{Cpu, Queues, System};
 use crate::packet::{Ns, SimPacket};
 use crate::policy::{Policy, PolicyConfig, Topology};
 use crate::SimError;
-
-use balancer::{Balancer, BalancerParams, FlowLoad};
-use load::FlowLoads;
 
 /// oRSS's own settings (the defaults follow the thesis).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -115,26 +113,6 @@ impl Default for OrssParams {
             two_phase: true,
             balancer: BalancerParams::default(),
         }
-    }
-}
-
-/// SplitMix64: the seeded random placement of new flows.
-#[derive(Debug, Clone)]
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (the multiply-shift has no modulo bias worth the
-    /// name for core counts).
-    fn below(&mut self, n: usize) -> usize {
-        (((self.next() >> 32) * n as u64) >> 32) as usize
     }
 }
 
@@ -268,7 +246,7 @@ impl Orss {
             workers,
             queue_capacity: config.queue_size,
             table_update_ns: config.table_update_ns,
-            rng: SplitMix64(config.seed ^ 0x6f52_5353_6f52_5353),
+            rng: SplitMix64::new(config.seed ^ 0x6f52_5353_6f52_5353),
             flows: Vec::new(),
             qlen: vec![0; workers],
             migrations: Vec::new(),
@@ -309,7 +287,7 @@ impl Orss {
             }
             self.end_migration(flow);
         }
-        self.flows[flow as usize].core = self.rng.below(self.workers) as u16;
+        self.flows[flow as usize].core = self.rng.below_u32(self.workers) as u16;
     }
 
     /// Forgets the migration of `flow` (its table entry is already right).
