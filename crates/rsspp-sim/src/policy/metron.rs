@@ -23,6 +23,8 @@
 
 use std::collections::BTreeMap;
 
+use rsspp_core::measure::load_from_busy;
+
 use crate::cost::StateTable;
 use crate::engine::{Cpu, System};
 use crate::packet::{Ns, SimPacket};
@@ -337,11 +339,11 @@ impl Policy for Metron {
     }
 
     fn timer(&mut self, now: Ns, sys: &mut System<'_>) {
-        let span = now.saturating_sub(self.measured_at).max(1) as f64;
+        let span = now.saturating_sub(self.measured_at).max(1);
         let load: Vec<f64> = (0..self.busy_at.len())
             .map(|core| {
                 let busy = sys.busy_ns(core);
-                let l = busy.saturating_sub(self.busy_at[core]) as f64 / span;
+                let l = load_from_busy(busy.saturating_sub(self.busy_at[core]), span);
                 self.busy_at[core] = busy;
                 l
             })

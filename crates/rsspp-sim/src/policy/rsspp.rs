@@ -26,6 +26,7 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
+use rsspp_core::measure::load_from_busy;
 use rsspp_core::state::{
     BucketWorker, FlowHandler, FlowPacket, Handoff, MigrationCoordinator, Outbox, TableConfig,
     Worker,
@@ -223,13 +224,9 @@ impl RssPlusPlus {
 
     fn round(&mut self, now: Ns, sys: &mut System<'_>) {
         let cores = self.workers.len();
-        let elapsed = now.saturating_sub(self.last_round).max(1) as f64;
+        let elapsed = now.saturating_sub(self.last_round).max(1);
         let loads: Vec<f64> = (0..cores)
-            .map(|c| {
-                let busy = sys.busy_ns(c);
-                let load = (busy - self.busy_at_round[c]) as f64 / elapsed;
-                load.clamp(0.0, 1.0)
-            })
+            .map(|c| load_from_busy(sys.busy_ns(c) - self.busy_at_round[c], elapsed))
             .collect();
         if self.switch.is_some() || self.coordinator.migrating() > 0 {
             // The previous plan is still being carried out.

@@ -9,6 +9,8 @@
 
 use std::collections::BTreeMap;
 
+use rsspp_core::measure::load_from_busy;
+
 use crate::cost::StateTable;
 use crate::engine::{Cpu, System};
 use crate::packet::{Ns, SimPacket};
@@ -116,10 +118,10 @@ impl Policy for SwStatefulLoad {
     }
 
     fn timer(&mut self, now: Ns, sys: &mut System<'_>) {
-        let span = now.saturating_sub(self.measured_at).max(1) as f64;
+        let span = now.saturating_sub(self.measured_at).max(1);
         for (core, (load, busy_at)) in self.load.iter_mut().zip(&mut self.busy_at).enumerate() {
             let busy = sys.busy_ns(core);
-            *load = busy.saturating_sub(*busy_at) as f64 / span;
+            *load = load_from_busy(busy.saturating_sub(*busy_at), span);
             *busy_at = busy;
         }
         self.measured_at = now;
