@@ -78,9 +78,8 @@ use rsspp_core::affinity_accept::{
 };
 
 use crate::cost::StateTable;
-use crate::engine::{Cpu, Queues, System};
 use crate::packet::{Ns, SimPacket};
-use crate::policy::{Policy, PolicyConfig, Topology};
+use crate::system::{Cpu, Policy, PolicyConfig, Queues, System, Topology};
 use crate::SimError;
 
 /// Batches' worth of packets the receive path takes per poll.

@@ -16,9 +16,8 @@
 //!   software dispatching scale worse than hardware dispatching (§5.4).
 
 use crate::cost::{CostModel, StateTable};
-use crate::engine::Cpu;
 use crate::packet::SimPacket;
-use crate::policy::Topology;
+use crate::system::{Cpu, Topology};
 use crate::SimError;
 
 /// Dispatcher cycles per packet: reading the receive descriptor and writing

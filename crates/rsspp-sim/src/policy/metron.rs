@@ -26,9 +26,8 @@ use std::collections::BTreeMap;
 use rsspp_core::measure::load_from_busy;
 
 use crate::cost::StateTable;
-use crate::engine::{Cpu, System};
 use crate::packet::{Ns, SimPacket};
-use crate::policy::{Policy, PolicyConfig, Topology};
+use crate::system::{Cpu, Policy, PolicyConfig, System, Topology};
 use crate::SimError;
 
 /// Bits of the finest traffic classes: classes are prefixes of at most this

@@ -76,9 +76,8 @@ use rsspp_core::orss::{Balancer, BalancerParams, FlowLoad, FlowLoads};
 use rsspp_core::rand::SplitMix64;
 
 use crate::cost::StateTable;
-use crate::engine::{Cpu, Queues, System};
 use crate::packet::{Ns, SimPacket};
-use crate::policy::{Policy, PolicyConfig, Topology};
+use crate::system::{Cpu, Policy, PolicyConfig, Queues, System, Topology};
 use crate::SimError;
 
 /// oRSS's own settings (the defaults follow the thesis).

@@ -36,9 +36,8 @@ use rsspp_core::{
 };
 
 use crate::cost::StateTable;
-use crate::engine::{Cpu, System};
 use crate::packet::{Ns, SimPacket};
-use crate::policy::{Policy, PolicyConfig, Topology};
+use crate::system::{Cpu, Policy, PolicyConfig, System, Topology};
 use crate::SimError;
 
 /// A simulated packet as the state layer sees it: a flow key built from the

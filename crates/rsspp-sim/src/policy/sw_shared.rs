@@ -9,10 +9,9 @@
 use std::collections::BTreeMap;
 
 use crate::cost::StateTable;
-use crate::engine::Cpu;
 use crate::packet::{Ns, SimPacket};
 use crate::policy::dispatch::Dispatcher;
-use crate::policy::{Policy, PolicyConfig, Topology};
+use crate::system::{Cpu, Policy, PolicyConfig, Topology};
 use crate::SimError;
 
 /// One shared software queue.

@@ -12,10 +12,9 @@ use std::collections::BTreeMap;
 use rsspp_core::measure::load_from_busy;
 
 use crate::cost::StateTable;
-use crate::engine::{Cpu, System};
 use crate::packet::{Ns, SimPacket};
 use crate::policy::dispatch::{Dispatcher, FlowTable};
-use crate::policy::{Policy, PolicyConfig, Topology};
+use crate::system::{Cpu, Policy, PolicyConfig, System, Topology};
 use crate::SimError;
 
 /// New flows to the least loaded core, remembered in a flow table.

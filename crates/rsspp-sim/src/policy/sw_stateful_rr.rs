@@ -7,10 +7,9 @@
 use std::collections::BTreeMap;
 
 use crate::cost::StateTable;
-use crate::engine::Cpu;
 use crate::packet::{Ns, SimPacket};
 use crate::policy::dispatch::{Dispatcher, FlowTable};
-use crate::policy::{Policy, PolicyConfig, Topology};
+use crate::system::{Cpu, Policy, PolicyConfig, Topology};
 use crate::SimError;
 
 /// New flows dealt round-robin, remembered in the dispatcher's flow table.

@@ -6,8 +6,8 @@ use rsspp_core::affinity_accept::{Waiting, LOCAL_PER_REMOTE};
 
 use super::{AffinityAccept, Conn, Work};
 use crate::cost::StateTable;
-use crate::engine::Cpu;
 use crate::packet::SimPacket;
+use crate::system::Cpu;
 
 impl AffinityAccept {
     /// Processes `p` on the core of `cpu`; `remote` when another core
