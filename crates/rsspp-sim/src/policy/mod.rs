@@ -4,8 +4,9 @@
 //! rest — queues, time, costs and measurements — identically for all.
 //!
 //! The policies implement [`crate::system`]'s interface and know nothing
-//! of each other (the software dispatchers share [`dispatch`]); the
-//! [`registry`] builds them by name.
+//! of each other; the [`registry`] builds them by name. The four software
+//! dispatchers are one policy ([`software`]) with four placements over
+//! [`dispatch`]'s dispatcher.
 
 pub mod affinity_accept;
 pub mod dispatch;
@@ -14,11 +15,8 @@ pub mod orss;
 pub mod registry;
 pub mod rss;
 pub mod rsspp;
+pub mod software;
 pub mod sprayer;
-pub mod sw_rr;
-pub mod sw_shared;
-pub mod sw_stateful_load;
-pub mod sw_stateful_rr;
 
 pub use crate::system::{Policy, PolicyConfig, Topology};
 pub use registry::{build, AUTOSCALING_NAMES, POLICY_NAMES};

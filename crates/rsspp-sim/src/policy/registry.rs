@@ -1,10 +1,8 @@
 //! The registry: every policy by the name it is reported under, and the
 //! default list `rsspp compare` runs. The only module that knows them all.
 
-use super::{
-    affinity_accept, metron, orss, rss, rsspp, sprayer, sw_rr, sw_shared, sw_stateful_load,
-    sw_stateful_rr,
-};
+use super::software::{Placement, SoftwareDispatch};
+use super::{affinity_accept, metron, orss, rss, rsspp, sprayer};
 use crate::system::{Policy, PolicyConfig};
 
 /// The policies `rsspp compare` runs by default, in the order of the report.
@@ -37,10 +35,10 @@ pub fn build(name: &str, config: &PolicyConfig) -> Result<Box<dyn Policy>, crate
         "rsspp" => Box::new(rsspp::RssPlusPlus::new(config)?),
         "rsspp-autoscale" => Box::new(rsspp::RssPlusPlus::new(&autoscaling)?),
         "sprayer" => Box::new(sprayer::Sprayer::new(config)),
-        "sw-shared" => Box::new(sw_shared::SwShared::new(config)?),
-        "sw-rr" => Box::new(sw_rr::SwRr::new(config)?),
-        "sw-stateful-rr" => Box::new(sw_stateful_rr::SwStatefulRr::new(config)?),
-        "sw-stateful-load" => Box::new(sw_stateful_load::SwStatefulLoad::new(config)?),
+        "sw-shared" | "sw-rr" | "sw-stateful-rr" | "sw-stateful-load" => {
+            let placement = Placement::from_name(name).expect("a software placement");
+            Box::new(SoftwareDispatch::new(config, placement)?)
+        }
         "metron" => Box::new(metron::Metron::new(config)?),
         "metron-autoscale" => Box::new(metron::Metron::new(&autoscaling)?),
         "orss" => Box::new(orss::Orss::new(config)?),
