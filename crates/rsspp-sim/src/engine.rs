@@ -16,6 +16,7 @@ use std::collections::BinaryHeap;
 use rsspp_core::measure::imbalance_ratio;
 
 use crate::cost::{CostModel, StateModel};
+use crate::mechanisms::{Mechanisms, StateAccessCounters};
 use crate::metrics::{FinishOrder, LatencyHistogram};
 use crate::packet::{Ns, SimPacket};
 use crate::result::{PolicyResult, PolicySummary, Timeline};
@@ -343,19 +344,22 @@ impl Engine {
             / samples;
         let busy: Ns = self.sh.cores.iter().map(|c| c.busy_done).sum();
         let processed = self.sh.processed;
-        let mut mechanisms = self.policy.mechanisms();
         let access = self.sh.state.counts();
-        mechanisms.insert("state_hits".into(), access.hits);
-        mechanisms.insert("state_misses".into(), access.misses);
-        mechanisms.insert("state_remote".into(), access.remote);
-        mechanisms.insert("lock_wait_us".into(), access.lock_wait_ns / 1000);
         // Spatial locality factor at the cores (Reframer's SLF, seed 002
         // §2.1): the mean run of packets of one flow a core processes back
         // to back, × 1000.
         let runs = self.sh.runs;
-        if let Some(slf) = (processed * 1000 + runs / 2).checked_div(runs) {
-            mechanisms.insert("slf_x1000".into(), slf);
-        }
+        let mechanisms = Mechanisms {
+            policy: self.policy.mechanisms(),
+            state: StateAccessCounters {
+                state_hits: access.hits,
+                state_misses: access.misses,
+                state_remote: access.remote,
+                lock_wait_us: access.lock_wait_ns / 1000,
+            },
+            slf_x1000: (processed * 1000 + runs / 2).checked_div(runs),
+            reframer: None,
+        };
         let mut sorted = self.imbalance.clone();
         sorted.sort_by(f64::total_cmp);
         let imbalance_median = if sorted.is_empty() {

@@ -12,6 +12,7 @@
 //! - [`reframer`]: the Reframer stage in front of the NIC (per-flow
 //!   batching), combinable with any policy.
 //! - [`metrics`]: latency histogram, reordering.
+//! - [`mechanisms`]: the typed counters of the policies' mechanisms.
 //! - [`result`]: what a run produces.
 //! - [`report`]: the comparison as a self-contained HTML page.
 
@@ -20,6 +21,7 @@
 pub mod cost;
 pub mod engine;
 mod error;
+pub mod mechanisms;
 pub mod metrics;
 pub mod packet;
 pub mod policy;

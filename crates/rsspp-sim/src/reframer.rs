@@ -8,13 +8,12 @@
 //! reach the NIC. Packets keep their `arrival_ns` (latency counts the time
 //! spent buffered) and get `ready_ns` = the instant they leave the stage.
 
-use std::collections::BTreeMap;
-
 pub use rsspp_core::reframer::{
     ReframedPacket, Reframer, ReframerConfig, ReframerCounts, ReframerError, BUFFER_US_RANGE,
     MAX_BURST_RANGE,
 };
 
+use crate::mechanisms::ReframerMechanisms;
 use crate::packet::{Ns, SimPacket};
 use crate::SimError;
 
@@ -42,22 +41,19 @@ impl From<ReframerError> for SimError {
     }
 }
 
-/// The counters as a result's `mechanisms` (ratios × 1000, as integers).
-pub fn mechanisms(counts: &ReframerCounts) -> BTreeMap<String, u64> {
+/// The counters as a result's mechanisms (ratios × 1000, as integers).
+pub fn mechanisms(counts: &ReframerCounts) -> ReframerMechanisms {
     let x1000 = |v: f64| (v * 1000.0).round() as u64;
-    [
-        ("reframer_buffered", counts.buffered),
-        ("reframer_bypassed", counts.bypassed),
-        ("reframer_flush_timeout", counts.flush_timeout),
-        ("reframer_flush_burst", counts.flush_burst),
-        ("reframer_flush_bypass", counts.flush_bypass),
-        ("reframer_mean_batch_x1000", x1000(counts.mean_batch())),
-        ("reframer_slf_in_x1000", x1000(counts.slf_in())),
-        ("reframer_slf_out_x1000", x1000(counts.slf_out())),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect()
+    ReframerMechanisms {
+        reframer_buffered: counts.buffered,
+        reframer_bypassed: counts.bypassed,
+        reframer_flush_timeout: counts.flush_timeout,
+        reframer_flush_burst: counts.flush_burst,
+        reframer_flush_bypass: counts.flush_bypass,
+        reframer_mean_batch_x1000: x1000(counts.mean_batch()),
+        reframer_slf_in_x1000: x1000(counts.slf_in()),
+        reframer_slf_out_x1000: x1000(counts.slf_out()),
+    }
 }
 
 /// Streams windows of packets through a [`Reframer`]: what a window lets

@@ -135,7 +135,7 @@ pub fn run(config: &RunConfig, mut progress: impl FnMut(f64)) -> Result<RunOutpu
         let mechanisms = crate::reframer::mechanisms(&stage.counts());
         for r in &mut results {
             r.name.push_str("+reframer");
-            r.summary.mechanisms.extend(mechanisms.clone());
+            r.summary.mechanisms.reframer = Some(mechanisms);
         }
     }
     Ok(RunOutput {

@@ -9,9 +9,10 @@
 //! neither the engine nor this module knows any policy.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::collections::{BinaryHeap, VecDeque};
 
 use crate::cost::{CostModel, StateModel, StateTable};
+use crate::mechanisms::PolicyMechanisms;
 use crate::metrics::{FinishOrder, LatencyHistogram};
 use crate::packet::{Ns, SimPacket};
 
@@ -136,9 +137,9 @@ pub trait Policy: Send {
         0
     }
 
-    /// Counters of the policy's own mechanisms, by name.
-    fn mechanisms(&self) -> BTreeMap<String, u64> {
-        BTreeMap::new()
+    /// Counters of the policy's own mechanisms (none by default).
+    fn mechanisms(&self) -> PolicyMechanisms {
+        PolicyMechanisms::None {}
     }
 }
 

@@ -71,13 +71,14 @@ mod application;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 use rsspp_core::affinity_accept::{
     AcceptQueue, FlowGroups, List, Lists, Received, Status, Stealer, Waiting,
 };
 
 use crate::cost::StateTable;
+use crate::mechanisms::{AffinityAcceptCounters, PolicyMechanisms};
 use crate::packet::{Ns, SimPacket};
 use crate::system::{Cpu, Policy, PolicyConfig, Queues, System, Topology};
 use crate::SimError;
@@ -160,20 +161,6 @@ enum Work {
     Accept,
 }
 
-/// Counters of the mechanisms.
-#[derive(Debug, Clone, Copy, Default)]
-struct Counters {
-    accepted: u64,
-    steals: u64,
-    flow_group_migrations: u64,
-    busy_transitions: u64,
-    forwarded: u64,
-    accept_queue_drops: u64,
-    refused_packets: u64,
-    backlog_drops: u64,
-    fence_held: u64,
-}
-
 /// The Affinity-Accept policy.
 #[derive(Debug)]
 pub struct AffinityAccept {
@@ -193,7 +180,7 @@ pub struct AffinityAccept {
     /// Packets per poll of the application (the engine's batch).
     app_batch: usize,
     next_round: Ns,
-    counters: Counters,
+    counters: AffinityAcceptCounters,
     #[cfg(test)]
     audit: std::sync::Arc<std::sync::Mutex<tests::Audit>>,
 }
@@ -243,7 +230,7 @@ impl AffinityAccept {
             lists: Lists::default(),
             app_batch: 32,
             next_round: config.interval_ns,
-            counters: Counters::default(),
+            counters: AffinityAcceptCounters::default(),
             #[cfg(test)]
             audit: Default::default(),
         })
@@ -366,7 +353,7 @@ impl AffinityAccept {
         if forwarded {
             // The descriptor goes into another core's socket queue.
             cpu.charge(u64::from(cpu.cost().remote_cycles));
-            self.counters.forwarded += 1;
+            self.counters.forwarded_packets += 1;
             cpu.wake(owner);
         }
         self.backlog[owner].push_back(Work::Packet {
@@ -440,7 +427,7 @@ impl Policy for AffinityAccept {
         for &p in batch.iter() {
             match self.groups.receive(core, p.hash, p, &mut self.lists) {
                 Received::Current => self.receive(core, p, cpu),
-                Received::Held => self.counters.fence_held += 1,
+                Received::Held => self.counters.fence_held_packets += 1,
                 Received::Old(group) => {
                     self.receive(core, p, cpu);
                     if let Some((to, mut held)) = self.groups.old_handled(group) {
@@ -481,21 +468,7 @@ impl Policy for AffinityAccept {
         self.counters.steals + self.counters.flow_group_migrations
     }
 
-    fn mechanisms(&self) -> BTreeMap<String, u64> {
-        let c = &self.counters;
-        [
-            ("connections_accepted", c.accepted),
-            ("steals", c.steals),
-            ("flow_group_migrations", c.flow_group_migrations),
-            ("busy_transitions", c.busy_transitions),
-            ("forwarded_packets", c.forwarded),
-            ("accept_queue_drops", c.accept_queue_drops),
-            ("refused_packets", c.refused_packets),
-            ("backlog_drops", c.backlog_drops),
-            ("fence_held_packets", c.fence_held),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect()
+    fn mechanisms(&self) -> PolicyMechanisms {
+        PolicyMechanisms::AffinityAccept(self.counters)
     }
 }

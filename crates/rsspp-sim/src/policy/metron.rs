@@ -21,11 +21,10 @@
 //! The classifier is an array over the finest prefixes ([`FINEST_BITS`]
 //! bits): a packet's lookup is one index, a class covers a range of it.
 
-use std::collections::BTreeMap;
-
 use rsspp_core::measure::load_from_busy;
 
 use crate::cost::StateTable;
+use crate::mechanisms::{MetronCounters, PolicyMechanisms};
 use crate::packet::{Ns, SimPacket};
 use crate::system::{Cpu, Policy, PolicyConfig, System, Topology};
 use crate::SimError;
@@ -361,17 +360,14 @@ impl Policy for Metron {
         self.migrations
     }
 
-    fn mechanisms(&self) -> BTreeMap<String, u64> {
-        BTreeMap::from([
-            ("class_splits".to_string(), self.class_splits),
-            ("core_splits".to_string(), self.core_splits),
-            ("core_merges".to_string(), self.core_merges),
-            ("unsplittable".to_string(), self.unsplittable),
-            (
-                "classes".to_string(),
-                self.classes.iter().map(|c| c.len() as u64).sum(),
-            ),
-        ])
+    fn mechanisms(&self) -> PolicyMechanisms {
+        PolicyMechanisms::Metron(MetronCounters {
+            class_splits: self.class_splits,
+            core_splits: self.core_splits,
+            core_merges: self.core_merges,
+            unsplittable: self.unsplittable,
+            classes: self.classes.iter().map(|c| c.len() as u64).sum(),
+        })
     }
 }
 

@@ -70,12 +70,11 @@
 //!   touches a flow's state (§4.6.3), so oRSS needs no lock; a migrated
 //!   flow's first packet on B pays the remote transfer of the cost model.
 
-use std::collections::BTreeMap;
-
 use rsspp_core::orss::{Balancer, BalancerParams, FlowLoad, FlowLoads};
 use rsspp_core::rand::SplitMix64;
 
 use crate::cost::StateTable;
+use crate::mechanisms::{OrssCounters, PolicyMechanisms};
 use crate::packet::{Ns, SimPacket};
 use crate::system::{Cpu, Policy, PolicyConfig, Queues, System, Topology};
 use crate::SimError;
@@ -581,22 +580,19 @@ impl Policy for Orss {
         self.counters.migrations
     }
 
-    fn mechanisms(&self) -> BTreeMap<String, u64> {
+    fn mechanisms(&self) -> PolicyMechanisms {
         let c = &self.counters;
-        [
-            ("buffered_packets", c.buffered),
-            ("buffer_drops", c.buffer_drops),
-            ("buffer_peak", c.buffer_peak),
-            ("buffered_migrations", c.buffered_migrations),
-            ("rounds", c.rounds),
-            ("rejected_moves", c.rejected),
-            ("pingpong_prevented", c.bounces_prevented),
-            ("isolated_flows", c.isolated),
-            ("tracked_flows", self.loads.tracked() as u64),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect()
+        PolicyMechanisms::Orss(OrssCounters {
+            buffered_packets: c.buffered,
+            buffer_drops: c.buffer_drops,
+            buffer_peak: c.buffer_peak,
+            buffered_migrations: c.buffered_migrations,
+            rounds: c.rounds,
+            rejected_moves: c.rejected,
+            pingpong_prevented: c.bounces_prevented,
+            isolated_flows: c.isolated,
+            tracked_flows: self.loads.tracked() as u64,
+        })
     }
 }
 
@@ -643,12 +639,12 @@ mod tests {
     #[test]
     fn the_migration_buffer_holds_1024_packets_and_drops_the_rest() {
         let s = two_heavy_flows(OrssParams::default(), 400_000, 30);
-        let m = &s.mechanisms;
+        let m = s.mechanisms.orss().expect("oRSS counters");
         assert!(s.migrations >= 1, "{s:?}");
-        assert_eq!(m["buffer_peak"], 1024, "{m:?}");
-        assert!(m["buffer_drops"] > 0, "{m:?}");
-        assert!(m["buffered_packets"] >= 1024, "{m:?}");
-        assert!(s.drops >= m["buffer_drops"]);
+        assert_eq!(m.buffer_peak, 1024, "{m:?}");
+        assert!(m.buffer_drops > 0, "{m:?}");
+        assert!(m.buffered_packets >= 1024, "{m:?}");
+        assert!(s.drops >= m.buffer_drops);
         // Every packet is either processed or dropped: none is left behind
         // in a buffer.
         assert_eq!(s.processed + s.drops, s.packets);
@@ -658,10 +654,10 @@ mod tests {
     #[test]
     fn a_lighter_flow_migrates_without_loss() {
         let s = two_heavy_flows(OrssParams::default(), 250_000, 30);
-        let m = &s.mechanisms;
+        let m = s.mechanisms.orss().expect("oRSS counters");
         assert!(s.migrations >= 1, "{s:?}");
-        assert!(m["buffered_packets"] > 0, "{m:?}");
-        assert_eq!(m["buffer_drops"], 0, "{m:?}");
+        assert!(m.buffered_packets > 0, "{m:?}");
+        assert_eq!(m.buffer_drops, 0, "{m:?}");
         assert_eq!(s.drops, 0);
         assert_eq!(s.processed, s.packets);
         assert_eq!(s.reordered, 0);

@@ -22,7 +22,6 @@
 //!   migrating (the coordinator would refuse it): the round is retried 1 ms
 //!   later.
 
-use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
@@ -36,6 +35,7 @@ use rsspp_core::{
 };
 
 use crate::cost::StateTable;
+use crate::mechanisms::{PolicyMechanisms, RssPlusPlusCounters};
 use crate::packet::{Ns, SimPacket};
 use crate::system::{Cpu, Policy, PolicyConfig, System, Topology};
 use crate::SimError;
@@ -395,7 +395,7 @@ impl Policy for RssPlusPlus {
         self.coordinator.completed_moves()
     }
 
-    fn mechanisms(&self) -> BTreeMap<String, u64> {
+    fn mechanisms(&self) -> PolicyMechanisms {
         let mut parked = 0;
         let mut peak_pending = 0;
         for w in &self.workers {
@@ -403,14 +403,14 @@ impl Policy for RssPlusPlus {
             parked += s.parked;
             peak_pending = peak_pending.max(s.peak_pending);
         }
-        BTreeMap::from([
-            ("rounds".into(), self.rounds),
-            ("plans".into(), self.plans),
-            ("rounds_postponed".into(), self.postponed),
-            ("parked_packets".into(), parked),
-            ("peak_pending".into(), peak_pending),
-            ("cores_added".into(), self.added),
-            ("cores_removed".into(), self.removed),
-        ])
+        PolicyMechanisms::RssPlusPlus(RssPlusPlusCounters {
+            rounds: self.rounds,
+            plans: self.plans,
+            rounds_postponed: self.postponed,
+            parked_packets: parked,
+            peak_pending,
+            cores_added: self.added,
+            cores_removed: self.removed,
+        })
     }
 }

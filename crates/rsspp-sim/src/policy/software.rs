@@ -28,11 +28,10 @@
 //!   interval, then round-robin. Balancing *new* flows by the *current* load
 //!   does not balance the load the flows bring later (§5.4).
 
-use std::collections::BTreeMap;
-
 use rsspp_core::measure::load_from_busy;
 
 use crate::cost::StateTable;
+use crate::mechanisms::{DispatchCounters, PolicyMechanisms, StatefulDispatchCounters};
 use crate::packet::{Ns, SimPacket};
 use crate::policy::dispatch::{Dispatcher, FlowTable};
 use crate::system::{Cpu, Policy, PolicyConfig, System, Topology};
@@ -245,12 +244,16 @@ impl Policy for SoftwareDispatch {
         self.next_timer = now + self.interval_ns;
     }
 
-    fn mechanisms(&self) -> BTreeMap<String, u64> {
-        let mut m = BTreeMap::from([("dispatched".to_string(), self.dispatcher.dispatched())]);
+    fn mechanisms(&self) -> PolicyMechanisms {
+        let dispatched = self.dispatcher.dispatched();
         if self.placement.is_stateful() {
-            m.insert("flows_placed".to_string(), self.flows.placed());
+            PolicyMechanisms::StatefulDispatch(StatefulDispatchCounters {
+                dispatched,
+                flows_placed: self.flows.placed(),
+            })
+        } else {
+            PolicyMechanisms::Dispatch(DispatchCounters { dispatched })
         }
-        m
     }
 }
 

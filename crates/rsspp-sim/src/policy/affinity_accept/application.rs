@@ -117,7 +117,7 @@ impl AffinityAccept {
         f.conn = Conn::Owned;
         f.core = core as u8;
         let mut parked = std::mem::take(&mut f.parked);
-        self.counters.accepted += 1;
+        self.counters.connections_accepted += 1;
         self.finish(&w.syn, usize::from(w.rx_core) != core, cpu);
         let mut n = 1;
         while let Some((p, rx)) = self.lists.pop(&mut parked) {
