@@ -35,12 +35,6 @@ impl ReframedPacket for SimPacket {
     }
 }
 
-impl From<ReframerError> for SimError {
-    fn from(e: ReframerError) -> Self {
-        SimError::InvalidOption(e.to_string())
-    }
-}
-
 /// The counters as a result's mechanisms (ratios × 1000, as integers).
 pub fn mechanisms(counts: &ReframerCounts) -> ReframerMechanisms {
     let x1000 = |v: f64| (v * 1000.0).round() as u64;
