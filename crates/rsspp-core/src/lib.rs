@@ -10,16 +10,30 @@
 //! - [`control`]: the control-loop policy (interval, back-off; proposes plans
 //!   the caller applies and commits).
 //! - [`measure`]: load imbalance and busy time → load, defined once.
+//! - [`rand`]: the seeded generator every random choice draws from.
 //! - [`state`]: per-bucket flow tables and the lock-free, order-preserving
 //!   migration of a bucket's state between cores (§3.3).
+//!
+//! The other load balancers' own logic, written once for every data path
+//! (the simulator's policies call it; packets are the caller's type):
+//!
+//! - [`orss`]: oRSS's per-flow load estimate and flow balancer.
+//! - [`reframer`]: Reframer's per-flow batching stage (flush list, `T_buff`,
+//!   maximum burst, SYN bypass).
+//! - [`affinity_accept`]: Affinity-Accept's accept queues, busy status,
+//!   connection stealing and flow groups.
 
 #![warn(missing_docs)]
 
+pub mod affinity_accept;
 pub mod balance;
 pub mod control;
 pub mod counters;
 pub mod flow;
 pub mod measure;
+pub mod orss;
+pub mod rand;
+pub mod reframer;
 pub mod reta;
 pub mod state;
 pub mod toeplitz;

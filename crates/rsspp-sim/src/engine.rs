@@ -11,15 +11,17 @@
 //! busy time over busy plus polling time, per interval.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::BinaryHeap;
 
 use rsspp_core::measure::imbalance_ratio;
 
-use crate::cost::{CostModel, StateModel, StateTable};
+use crate::cost::{CostModel, StateModel};
+use crate::mechanisms::{Mechanisms, StateAccessCounters};
 use crate::metrics::{FinishOrder, LatencyHistogram};
 use crate::packet::{Ns, SimPacket};
-use crate::policy::{Policy, Topology};
 use crate::result::{PolicyResult, PolicySummary, Timeline};
+use crate::system::{CoreState, Policy, Shared};
+pub use crate::system::{Cpu, Queues, System};
 
 /// Settings of the engine itself.
 #[derive(Debug, Clone, PartialEq)]
@@ -49,364 +51,10 @@ impl Default for EngineConfig {
     }
 }
 
-/// One queue: a NIC receive queue or a software queue between cores.
-#[derive(Debug, Clone)]
-struct Queue {
-    items: VecDeque<SimPacket>,
-    capacity: usize,
-    enqueued: u64,
-    dequeued: u64,
-    drops: u64,
-}
-
-/// Every queue of the system, and which cores poll which.
-#[derive(Debug, Clone)]
-pub struct Queues {
-    queues: Vec<Queue>,
-    /// Per core: the queues it polls.
-    polls: Vec<Vec<usize>>,
-    /// Per queue: the cores that poll it.
-    pollers: Vec<Vec<usize>>,
-}
-
-impl Queues {
-    fn new(topology: &Topology) -> Self {
-        let mut pollers = vec![Vec::new(); topology.queue_capacity.len()];
-        for (core, qs) in topology.polls.iter().enumerate() {
-            for &q in qs {
-                pollers[q].push(core);
-            }
-        }
-        Self {
-            queues: topology
-                .queue_capacity
-                .iter()
-                .map(|&capacity| Queue {
-                    items: VecDeque::with_capacity(capacity.min(1 << 16)),
-                    capacity,
-                    enqueued: 0,
-                    dequeued: 0,
-                    drops: 0,
-                })
-                .collect(),
-            polls: topology.polls.clone(),
-            pollers,
-        }
-    }
-
-    /// Number of queues.
-    pub fn count(&self) -> usize {
-        self.queues.len()
-    }
-
-    /// Packets waiting in queue `q` (ready or not).
-    pub fn len(&self, q: usize) -> usize {
-        self.queues[q].items.len()
-    }
-
-    /// Whether queue `q` is empty.
-    pub fn is_empty(&self, q: usize) -> bool {
-        self.queues[q].items.is_empty()
-    }
-
-    /// Packets ever put in queue `q` (a NIC's per-queue receive counter).
-    pub fn enqueued(&self, q: usize) -> u64 {
-        self.queues[q].enqueued
-    }
-
-    /// Packets ever taken from queue `q`.
-    pub fn dequeued(&self, q: usize) -> u64 {
-        self.queues[q].dequeued
-    }
-
-    /// Appends `p`; false (and counted as a drop) when the queue is full.
-    fn push(&mut self, q: usize, p: SimPacket) -> bool {
-        let queue = &mut self.queues[q];
-        if queue.items.len() >= queue.capacity {
-            queue.drops += 1;
-            return false;
-        }
-        queue.items.push_back(p);
-        queue.enqueued += 1;
-        true
-    }
-
-    /// Moves up to `max` packets ready at `now` from the head of queue `q`
-    /// into `batch`; returns how many.
-    pub fn take(&mut self, q: usize, now: Ns, max: usize, batch: &mut Vec<SimPacket>) -> usize {
-        let queue = &mut self.queues[q];
-        let mut n = 0;
-        while n < max {
-            match queue.items.front() {
-                Some(p) if p.ready_ns <= now => {
-                    batch.push(*p);
-                    queue.items.pop_front();
-                    n += 1;
-                }
-                _ => break,
-            }
-        }
-        queue.dequeued += n as u64;
-        n
-    }
-
-    /// When the first head packet of the queues `core` polls that is not
-    /// ready at `now` becomes ready (a software queue filled by a
-    /// dispatching core whose batch runs ahead of the other cores' clocks).
-    fn next_ready(&self, core: usize, now: Ns) -> Option<Ns> {
-        self.polls[core]
-            .iter()
-            .filter_map(|&q| self.queues[q].items.front().map(|p| p.ready_ns))
-            .filter(|&t| t > now)
-            .min()
-    }
-
-    /// Takes up to `max` packets from the queues `core` polls, in order.
-    pub fn take_polled(&mut self, core: usize, now: Ns, max: usize, batch: &mut Vec<SimPacket>) {
-        let start = batch.len();
-        for i in 0..self.polls[core].len() {
-            let q = self.polls[core][i];
-            let got = batch.len() - start;
-            if got >= max {
-                break;
-            }
-            self.take(q, now, max - got, batch);
-        }
-    }
-}
-
-#[derive(Debug, Clone, Default)]
-struct CoreState {
-    /// Busy time of the batches already finished.
-    busy_done: Ns,
-    /// The batch in progress: `[start, end)`.
-    batch_start: Ns,
-    batch_end: Ns,
-    /// A batch is in progress or a poll is scheduled.
-    scheduled: bool,
-    /// Packets finished in the current sample and second.
-    done_sample: u64,
-    done_second: u64,
-    /// Busy time at the last sample.
-    busy_at_sample: Ns,
-    /// Active in every sample of the current second so far.
-    active_all_second: bool,
-}
-
-impl CoreState {
-    fn busy_at(&self, t: Ns) -> Ns {
-        if self.scheduled && t > self.batch_start {
-            self.busy_done + (t.min(self.batch_end) - self.batch_start)
-        } else {
-            self.busy_done
-        }
-    }
-}
-
-/// Everything the engine holds besides the policy.
-struct Shared {
-    config: EngineConfig,
-    topology: Topology,
-    queues: Queues,
-    cores: Vec<CoreState>,
-    state: StateModel,
-    /// Core polls: (time, sequence, core).
-    events: BinaryHeap<Reverse<(Ns, u64, usize)>>,
-    event_seq: u64,
-    latency: LatencyHistogram,
-    reorder: FinishOrder,
-    processed: u64,
-    policy_drops: u64,
-    /// Per core: the flow of the last packet it processed (spatial
-    /// locality at the cores).
-    last_flow: Vec<u32>,
-    /// Runs of consecutive packets of one flow, over all cores.
-    runs: u64,
-}
-
-impl Shared {
-    fn schedule(&mut self, core: usize, at: Ns) {
-        let c = &mut self.cores[core];
-        if c.scheduled {
-            return;
-        }
-        c.scheduled = true;
-        c.batch_start = at;
-        c.batch_end = at;
-        self.event_seq += 1;
-        self.events.push(Reverse((at, self.event_seq, core)));
-    }
-
-    /// Wakes one sleeping poller of queue `q` for a packet ready at `at`.
-    fn wake_pollers(&mut self, q: usize, at: Ns) {
-        for i in 0..self.queues.pollers[q].len() {
-            let core = self.queues.pollers[q][i];
-            if !self.cores[core].scheduled {
-                self.schedule(core, at);
-                return;
-            }
-        }
-    }
-
-    fn finish(&mut self, core: usize, p: &SimPacket, at: Ns) {
-        self.latency.record(at.saturating_sub(p.arrival_ns));
-        self.reorder.finish(at, p.flow, p.seq);
-        self.processed += 1;
-        if self.last_flow[core] != p.flow {
-            self.last_flow[core] = p.flow;
-            self.runs += 1;
-        }
-        let c = &mut self.cores[core];
-        c.done_sample += 1;
-        c.done_second += 1;
-    }
-}
-
-/// A core running one batch: the policy processes packets through it.
-pub struct Cpu<'a> {
-    core: usize,
-    now: Ns,
-    table: StateTable,
-    sh: &'a mut Shared,
-}
-
-impl Cpu<'_> {
-    /// The core.
-    pub fn core(&self) -> usize {
-        self.core
-    }
-
-    /// The core's time: the batch start plus what it processed so far.
-    pub fn now(&self) -> Ns {
-        self.now
-    }
-
-    /// The cost model.
-    pub fn cost(&self) -> &CostModel {
-        &self.sh.config.cost
-    }
-
-    /// Processes `p` to completion with the policy's state table.
-    pub fn process(&mut self, p: &SimPacket) {
-        let table = self.table;
-        self.process_with(p, table, 0);
-    }
-
-    /// Processes `p` to completion with state in `table`, plus
-    /// `extra_cycles` of the policy's own work.
-    pub fn process_with(&mut self, p: &SimPacket, table: StateTable, extra_cycles: u64) {
-        let cost = &self.sh.config.cost;
-        let base = u64::from(cost.packet_cycles) + cost.work_cycles(p) + extra_cycles;
-        let base_ns = cost.ns(base);
-        let (state_cycles, wait) = self
-            .sh
-            .state
-            .access(cost, table, self.core, p.flow, self.now, 0);
-        self.now += wait + cost.ns(state_cycles) + base_ns;
-        let at = self.now;
-        self.sh.finish(self.core, p, at);
-    }
-
-    /// Waits (busy) until `t`: another core has not finished with what this
-    /// one needs next.
-    pub fn wait_until(&mut self, t: Ns) {
-        self.now = self.now.max(t);
-    }
-
-    /// Spends `cycles` on the policy's own work (dispatching, bookkeeping).
-    pub fn charge(&mut self, cycles: u64) {
-        self.now += self.sh.config.cost.ns(cycles);
-    }
-
-    /// Touches `flow`'s state as the policy's own work (a dispatcher's flow
-    /// table): the cost model's price for it.
-    pub fn touch_state(&mut self, flow: u32, table: StateTable) {
-        let cost = &self.sh.config.cost;
-        let (cycles, wait) = self
-            .sh
-            .state
-            .access(cost, table, self.core, flow, self.now, 0);
-        self.now += wait + cost.ns(cycles);
-    }
-
-    /// Puts `p` in queue `q`, ready now (a software queue); false when the
-    /// queue is full and the packet is dropped.
-    pub fn enqueue(&mut self, q: usize, mut p: SimPacket) -> bool {
-        p.ready_ns = self.now;
-        let ok = self.sh.queues.push(q, p);
-        if ok {
-            self.sh.wake_pollers(q, self.now);
-        }
-        ok
-    }
-
-    /// Length of queue `q` now.
-    pub fn queue_len(&self, q: usize) -> usize {
-        self.sh.queues.len(q)
-    }
-
-    /// Drops `p` on the policy's behalf (a full buffer).
-    pub fn drop_packet(&mut self, _p: &SimPacket) {
-        self.sh.policy_drops += 1;
-    }
-
-    /// Makes sure `core` polls no later than now (the policy has work for
-    /// it).
-    pub fn wake(&mut self, core: usize) {
-        let at = self.now;
-        self.sh.schedule(core, at);
-    }
-}
-
-/// The system as a policy timer sees it.
-pub struct System<'a> {
-    now: Ns,
-    sh: &'a mut Shared,
-}
-
-impl System<'_> {
-    /// Now.
-    pub fn now(&self) -> Ns {
-        self.now
-    }
-
-    /// Busy nanoseconds of `core` since the start, up to now.
-    pub fn busy_ns(&self, core: usize) -> Ns {
-        self.sh.cores[core].busy_at(self.now)
-    }
-
-    /// When `core` finishes the batch it is processing (now if it is idle):
-    /// a batch is costed when it starts, so its packets are taken and
-    /// accounted for, but the core is not done with them before then.
-    pub fn busy_until(&self, core: usize) -> Ns {
-        let c = &self.sh.cores[core];
-        if c.scheduled {
-            c.batch_end.max(self.now)
-        } else {
-            self.now
-        }
-    }
-
-    /// The queues (lengths and counters).
-    pub fn queues(&self) -> &Queues {
-        &self.sh.queues
-    }
-
-    /// The cost model.
-    pub fn cost(&self) -> &CostModel {
-        &self.sh.config.cost
-    }
-
-    /// Makes sure `core` polls now.
-    pub fn wake(&mut self, core: usize) {
-        let at = self.now;
-        self.sh.schedule(core, at);
-    }
-}
-
 /// Runs one policy over a stream of packets.
 pub struct Engine {
     policy: Box<dyn Policy>,
+    config: EngineConfig,
     sh: Shared,
     timeline: Timeline,
     imbalance: Vec<f64>,
@@ -459,8 +107,9 @@ impl Engine {
                 policy_drops: 0,
                 last_flow,
                 runs: 0,
-                config,
+                cost: config.cost,
             },
+            config,
             timeline,
             imbalance: Vec::new(),
             next_sample,
@@ -489,7 +138,7 @@ impl Engine {
         self.sh.reorder.flush(Ns::MAX);
         // The last, partial sample.
         let now = self.sh.cores.iter().map(|c| c.batch_end).max().unwrap_or(0);
-        if now > self.next_sample - self.sh.config.sample_ns {
+        if now > self.next_sample - self.config.sample_ns {
             self.sample(now.max(self.last_arrival));
         }
         self.result()
@@ -577,7 +226,7 @@ impl Engine {
             c.batch_end = now;
         }
         self.batch.clear();
-        let max = self.sh.config.batch;
+        let max = self.config.batch;
         self.policy
             .poll(core, now, &mut self.sh.queues, max, &mut self.batch);
         if self.batch.is_empty() && !self.policy.has_work(core) {
@@ -593,8 +242,8 @@ impl Engine {
             return;
         }
         let table = self.policy.state_table();
-        let batch_cycles = u64::from(self.sh.config.cost.batch_cycles);
-        let start = now + self.sh.config.cost.ns(batch_cycles);
+        let batch_cycles = u64::from(self.sh.cost.batch_cycles);
+        let start = now + self.sh.cost.ns(batch_cycles);
         // Busy from now on: a wake-up for this core while it processes is
         // already answered by the poll at the end of the batch.
         self.sh.cores[core].scheduled = true;
@@ -614,7 +263,7 @@ impl Engine {
     }
 
     fn sample(&mut self, t: Ns) {
-        let interval = self.sh.config.sample_ns as f64;
+        let interval = self.config.sample_ns as f64;
         let cores = self.sh.topology.cores;
         let workers = self.sh.topology.workers;
         let mut load = Vec::with_capacity(cores);
@@ -654,9 +303,9 @@ impl Engine {
             .push(self.offered_sample as f64 / (interval / 1e9));
         self.drops_at_sample = drops;
         self.offered_sample = 0;
-        self.next_sample = t + self.sh.config.sample_ns;
+        self.next_sample = t + self.config.sample_ns;
         self.samples_in_second += 1;
-        if self.samples_in_second == self.sh.config.samples_per_second {
+        if self.samples_in_second == self.config.samples_per_second {
             self.second_sample();
         }
     }
@@ -684,7 +333,7 @@ impl Engine {
     }
 
     fn result(&mut self) -> PolicyResult {
-        let cost = self.sh.config.cost;
+        let cost = self.sh.cost;
         let samples = self.timeline.load.len().max(1) as f64;
         let avg_cores = self
             .timeline
@@ -695,19 +344,22 @@ impl Engine {
             / samples;
         let busy: Ns = self.sh.cores.iter().map(|c| c.busy_done).sum();
         let processed = self.sh.processed;
-        let mut mechanisms = self.policy.mechanisms();
         let access = self.sh.state.counts();
-        mechanisms.insert("state_hits".into(), access.hits);
-        mechanisms.insert("state_misses".into(), access.misses);
-        mechanisms.insert("state_remote".into(), access.remote);
-        mechanisms.insert("lock_wait_us".into(), access.lock_wait_ns / 1000);
         // Spatial locality factor at the cores (Reframer's SLF, seed 002
         // §2.1): the mean run of packets of one flow a core processes back
         // to back, × 1000.
         let runs = self.sh.runs;
-        if let Some(slf) = (processed * 1000 + runs / 2).checked_div(runs) {
-            mechanisms.insert("slf_x1000".into(), slf);
-        }
+        let mechanisms = Mechanisms {
+            policy: self.policy.mechanisms(),
+            state: StateAccessCounters {
+                state_hits: access.hits,
+                state_misses: access.misses,
+                state_remote: access.remote,
+                lock_wait_us: access.lock_wait_ns / 1000,
+            },
+            slf_x1000: (processed * 1000 + runs / 2).checked_div(runs),
+            reframer: None,
+        };
         let mut sorted = self.imbalance.clone();
         sorted.sort_by(f64::total_cmp);
         let imbalance_median = if sorted.is_empty() {
@@ -745,7 +397,7 @@ impl Engine {
             },
             timeline: std::mem::take(&mut self.timeline),
             imbalance_samples: std::mem::take(&mut self.imbalance),
-            latency_cdf: lat.cdf_us(self.sh.config.cdf_points),
+            latency_cdf: lat.cdf_us(self.config.cdf_points),
         }
     }
 }

@@ -48,3 +48,10 @@ pub enum SimError {
         message: String,
     },
 }
+
+/// A Reframer setting out of range is an invalid option (same message).
+impl From<rsspp_core::reframer::ReframerError> for SimError {
+    fn from(e: rsspp_core::reframer::ReframerError) -> Self {
+        SimError::InvalidOption(e.to_string())
+    }
+}

@@ -1,9 +1,9 @@
 //! What a simulation run produces: the summary row of the comparison table,
 //! time series for the report, and the latency distribution.
 
-use std::collections::BTreeMap;
-
 use serde::{Deserialize, Serialize};
+
+use crate::mechanisms::Mechanisms;
 
 /// The comparison table's row for one policy.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -36,9 +36,9 @@ pub struct PolicySummary {
     pub avg_load: f64,
     /// Average cycles spent per processed packet.
     pub cycles_per_packet: f64,
-    /// Counters of the policy's own mechanisms (steals, buffered packets,
-    /// Reframer flushes, …), by name.
-    pub mechanisms: BTreeMap<String, u64>,
+    /// Counters of the mechanisms: the policy's own (steals, buffered
+    /// packets, …), the state accesses, Reframer flushes.
+    pub mechanisms: Mechanisms,
 }
 
 /// Per-interval series (one sample per control interval, 100 ms by default).

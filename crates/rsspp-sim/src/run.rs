@@ -132,10 +132,10 @@ pub fn run(config: &RunConfig, mut progress: impl FnMut(f64)) -> Result<RunOutpu
         return Err(SimError::EmptyWorkload);
     }
     if let Some(stage) = &stage {
-        let mechanisms = stage.counts().mechanisms();
+        let mechanisms = crate::reframer::mechanisms(&stage.counts());
         for r in &mut results {
             r.name.push_str("+reframer");
-            r.summary.mechanisms.extend(mechanisms.clone());
+            r.summary.mechanisms.reframer = Some(mechanisms);
         }
     }
     Ok(RunOutput {

@@ -30,7 +30,7 @@ fn beats_static_rss_under_skewed_service_at_high_load() {
     let results = compare(2.4, 2.0, 0.5, 7);
     let (rss, aa) = (&results[0].summary, &results[1].summary);
     assert_eq!(results[1].name, "affinity-accept");
-    let m = &aa.mechanisms;
+    let m = aa.mechanisms.affinity_accept().expect("its counters");
     let summary = format!(
         "rss: {} drops, p95 {:.0} µs, p99 {:.0} µs; affinity-accept: {} drops, \
          p95 {:.0} µs, p99 {:.0} µs, {m:?}",
@@ -51,12 +51,12 @@ fn beats_static_rss_under_skewed_service_at_high_load() {
     );
     assert!(aa.drops <= rss.drops, "more drops: {summary}");
     // Its mechanisms did the work, and are counted.
-    assert!(m["steals"] > 100, "{summary}");
-    assert!(m["flow_group_migrations"] > 0, "{summary}");
-    assert!(m["forwarded_packets"] > 0, "{summary}");
+    assert!(m.steals > 100, "{summary}");
+    assert!(m.flow_group_migrations > 0, "{summary}");
+    assert!(m.forwarded_packets > 0, "{summary}");
     assert_eq!(
         aa.migrations,
-        m["steals"] + m["flow_group_migrations"],
+        m.steals + m.flow_group_migrations,
         "{summary}"
     );
     assert_eq!(aa.reordered, 0);
@@ -69,15 +69,15 @@ fn balanced_light_load_steals_almost_nothing() {
     // Equal service times at about 40% load: no accept queue fills.
     let results = compare(1.0, 0.0, 0.3, 3);
     let (rss, aa) = (&results[0].summary, &results[1].summary);
-    let m = &aa.mechanisms;
-    assert!(m["connections_accepted"] > 25_000, "{m:?}");
+    let m = aa.mechanisms.affinity_accept().expect("its counters");
+    assert!(m.connections_accepted > 25_000, "{m:?}");
     assert!(
-        m["steals"] * 1000 <= m["connections_accepted"],
+        m.steals * 1000 <= m.connections_accepted,
         "stole {} of {} connections",
-        m["steals"],
-        m["connections_accepted"]
+        m.steals,
+        m.connections_accepted
     );
-    assert_eq!(m["flow_group_migrations"], 0, "{m:?}");
+    assert_eq!(m.flow_group_migrations, 0, "{m:?}");
     assert_eq!(aa.drops, 0);
     assert_eq!(aa.reordered, 0);
     // Without balancing to do, it performs like static RSS.
@@ -94,7 +94,7 @@ fn the_seed_names_the_result() {
     let a = compare(2.4, 2.0, 0.15, 11);
     let b = compare(2.4, 2.0, 0.15, 11);
     assert_eq!(a[1], b[1]);
-    assert!(a[1].summary.mechanisms["steals"] > 0);
+    assert!(a[1].summary.mechanisms.affinity_accept().unwrap().steals > 0);
     let c = compare(2.4, 2.0, 0.15, 12);
     assert_ne!(a[1].summary, c[1].summary);
 }

@@ -29,13 +29,13 @@ fn classes_move_only_when_a_core_is_overloaded() {
     // About 40% load on 4 cores: nothing moves.
     let calm = metron(4, 1.5, 1.0, quarter.clone(), false);
     assert_eq!(calm.summary.migrations, 0);
-    assert_eq!(calm.summary.mechanisms["core_splits"], 0);
+    assert_eq!(calm.summary.mechanisms.metron().unwrap().core_splits, 0);
     // About 90%: the busiest cores give half their classes away.
     let busy = metron(4, 0.65, 1.0, quarter, false);
-    let m = &busy.summary.mechanisms;
+    let m = busy.summary.mechanisms.metron().expect("its counters");
     assert!(busy.summary.migrations > 0);
-    assert!(m["core_splits"] > 0);
-    assert_eq!(m["core_merges"], 0, "no merging without auto-scaling");
+    assert!(m.core_splits > 0);
+    assert_eq!(m.core_merges, 0, "no merging without auto-scaling");
     assert_eq!(busy.summary.avg_cores, 4.0);
 }
 
@@ -52,12 +52,12 @@ fn autoscaling_follows_a_ramp() {
     assert_eq!(active[0], 1, "starts on one core");
     let low = mean(0, 3);
     let high = mean(12, 20);
-    let m = &r.summary.mechanisms;
+    let m = r.summary.mechanisms.metron().expect("its counters");
     assert!(
         high > low + 1.0,
         "{low} cores at low load, {high} at high load"
     );
-    assert!(m["core_splits"] > 0 && m["core_merges"] > 0);
+    assert!(m.core_splits > 0 && m.core_merges > 0);
     assert!(r.summary.avg_cores < 8.0);
     // Released cores at the end: fewer than at the peak.
     assert!(mean(active.len() - 3, active.len()) < high);

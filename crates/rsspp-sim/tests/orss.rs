@@ -81,9 +81,12 @@ fn orss_beats_static_rss_on_elephants() {
     );
     // Its mechanisms: flows moved, in two phases, without reordering.
     assert!(orss.migrations >= 1);
-    assert!(orss.mechanisms["buffered_migrations"] >= 1, "{orss:?}");
+    assert!(
+        orss.mechanisms.orss().unwrap().buffered_migrations >= 1,
+        "{orss:?}"
+    );
     assert_eq!(orss.reordered, 0);
-    assert_eq!(orss.mechanisms["rounds"], 200);
+    assert_eq!(orss.mechanisms.orss().unwrap().rounds, 200);
     assert_eq!(orss.processed + orss.drops, orss.packets);
 }
 

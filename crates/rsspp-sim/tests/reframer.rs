@@ -27,14 +27,14 @@ fn simulate(buffer_us: Option<u64>) -> (String, PolicySummary) {
 }
 
 fn slf(s: &PolicySummary) -> u64 {
-    s.mechanisms["slf_x1000"]
+    s.mechanisms.slf_x1000.expect("packets were processed")
 }
 
 #[test]
 fn buffering_raises_locality_and_lowers_cycles_per_packet() {
     let (name, base) = simulate(None);
     assert_eq!(name, "rss");
-    assert!(!base.mechanisms.contains_key("reframer_buffered"));
+    assert!(base.mechanisms.reframer.is_none());
     let mut previous = base.clone();
     for us in [16, 64, 128] {
         let (name, s) = simulate(Some(us));
@@ -56,20 +56,20 @@ fn buffering_raises_locality_and_lowers_cycles_per_packet() {
         assert_eq!(s.packets, base.packets);
         assert_eq!(s.processed, s.packets);
         assert_eq!(s.reordered, 0);
-        let m = &s.mechanisms;
-        assert!(m["reframer_flush_timeout"] > 0 && m["reframer_bypassed"] > 0);
-        assert_eq!(m["reframer_buffered"] + m["reframer_bypassed"], s.packets);
+        let m = s.mechanisms.reframer.expect("the Reframer's counters");
+        assert!(m.reframer_flush_timeout > 0 && m.reframer_bypassed > 0);
+        assert_eq!(m.reframer_buffered + m.reframer_bypassed, s.packets);
         // Locality rises with the buffering time, at the Reframer's output
         // and at the cores.
-        assert!(m["reframer_slf_out_x1000"] > m["reframer_slf_in_x1000"]);
+        assert!(m.reframer_slf_out_x1000 > m.reframer_slf_in_x1000);
         assert!(
             slf(&s) > slf(&previous),
             "{us} µs: SLF {} not above {}",
             slf(&s),
             slf(&previous)
         );
-        if let Some(before) = previous.mechanisms.get("reframer_slf_out_x1000") {
-            assert!(m["reframer_slf_out_x1000"] > *before);
+        if let Some(before) = previous.mechanisms.reframer {
+            assert!(m.reframer_slf_out_x1000 > before.reframer_slf_out_x1000);
         }
         // Fewer cycles per packet than without a Reframer, and fewer with
         // more buffering.

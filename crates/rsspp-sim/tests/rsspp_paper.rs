@@ -130,7 +130,7 @@ fn autoscaling_follows_a_ramp_with_fewer_cores() {
     let cores = &r[1].timeline.active_cores;
     let (low, high) = (cores[2], *cores.iter().max().unwrap());
     assert!(low < high, "cores over time {cores:?}");
-    assert!(scaled.mechanisms["cores_removed"] > 0);
+    assert!(scaled.mechanisms.rsspp().unwrap().cores_removed > 0);
     // Buckets moved to and from cores that come and go, in order.
     assert_eq!(scaled.reordered, 0);
 }

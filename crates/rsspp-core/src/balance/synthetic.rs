@@ -8,45 +8,8 @@
 //! capped at 1.0, since a saturated core cannot report more.
 
 use crate::balance::{BalanceOutcome, LoadReport};
+pub use crate::rand::SplitMix64;
 use crate::reta::IndirectionTable;
-
-/// A small, seedable generator (SplitMix64): deterministic across
-/// platforms, so a seed names one workload everywhere.
-#[derive(Debug, Clone)]
-pub struct SplitMix64(u64);
-
-impl SplitMix64 {
-    /// A generator from a seed.
-    pub fn new(seed: u64) -> Self {
-        Self(seed)
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[0, 1)`.
-    pub fn next_f64(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// Uniform in `[0, n)`.
-    pub fn below(&mut self, n: usize) -> usize {
-        ((self.next_u64() as u128 * n as u128) >> 64) as usize
-    }
-
-    /// Fisher–Yates shuffle.
-    pub fn shuffle<T>(&mut self, items: &mut [T]) {
-        for i in (1..items.len()).rev() {
-            items.swap(i, self.below(i + 1));
-        }
-    }
-}
 
 fn scale_to(demand: &mut [f64], total: f64) {
     let sum: f64 = demand.iter().sum();
@@ -256,27 +219,6 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn generator_is_deterministic_and_uniform_enough() {
-        let a: Vec<u64> = {
-            let mut r = SplitMix64::new(9);
-            (0..4).map(|_| r.next_u64()).collect()
-        };
-        let b: Vec<u64> = {
-            let mut r = SplitMix64::new(9);
-            (0..4).map(|_| r.next_u64()).collect()
-        };
-        assert_eq!(a, b);
-        let mut r = SplitMix64::new(1);
-        let mean = (0..10_000).map(|_| r.next_f64()).sum::<f64>() / 10_000.0;
-        assert!((mean - 0.5).abs() < 0.02, "{mean}");
-        let mut hits = [0; 4];
-        for _ in 0..4000 {
-            hits[r.below(4)] += 1;
-        }
-        assert!(hits.iter().all(|&h| (800..1200).contains(&h)), "{hits:?}");
-    }
 
     #[test]
     fn workloads_have_the_requested_average() {

@@ -56,29 +56,31 @@
 //! backlog in order (a migrated group's fence keeps the receive order), so
 //! the policy reorders nothing.
 //!
+//! The accept queues, busy status, stealing rules and flow groups are
+//! [`rsspp_core::affinity_accept`]'s; this module is the simulator's side:
+//! connections, the receive path and the application loop on the engine's
+//! cores.
+//!
 //! Limits of the model: the receive path of a core runs only between its
 //! application's batches, so a core stuck on an expensive request fills
 //! its accept queue in bursts; a refused connection costs all its packets
 //! (no SYN retransmission), so past saturation it drops more packets than
 //! a deep receive queue does, though with a far lower tail latency.
 
-mod accept;
 mod application;
-mod flow_groups;
-mod lists;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
-use accept::{AcceptQueue, Status, Stealer, Waiting};
-use flow_groups::{FlowGroups, Received};
-use lists::{List, Lists};
+use rsspp_core::affinity_accept::{
+    AcceptQueue, FlowGroups, List, Lists, Received, Status, Stealer, Waiting,
+};
 
 use crate::cost::StateTable;
-use crate::engine::{Cpu, Queues, System};
+use crate::mechanisms::{AffinityAcceptCounters, PolicyMechanisms};
 use crate::packet::{Ns, SimPacket};
-use crate::policy::{Policy, PolicyConfig, Topology};
+use crate::system::{Cpu, Policy, PolicyConfig, Queues, System, Topology};
 use crate::SimError;
 
 /// Batches' worth of packets the receive path takes per poll.
@@ -159,20 +161,6 @@ enum Work {
     Accept,
 }
 
-/// Counters of the mechanisms.
-#[derive(Debug, Clone, Copy, Default)]
-struct Counters {
-    accepted: u64,
-    steals: u64,
-    flow_group_migrations: u64,
-    busy_transitions: u64,
-    forwarded: u64,
-    accept_queue_drops: u64,
-    refused_packets: u64,
-    backlog_drops: u64,
-    fence_held: u64,
-}
-
 /// The Affinity-Accept policy.
 #[derive(Debug)]
 pub struct AffinityAccept {
@@ -181,18 +169,18 @@ pub struct AffinityAccept {
     queue_size: usize,
     interval_ns: Ns,
     groups: FlowGroups,
-    accept: Vec<AcceptQueue>,
+    accept: Vec<AcceptQueue<SimPacket>>,
     stealers: Vec<Stealer>,
     backlog: Vec<VecDeque<Work>>,
     /// Per core: packets released from a fence, to receive before anything
     /// newer.
     released: Vec<VecDeque<SimPacket>>,
     flows: Vec<Flow>,
-    lists: Lists,
+    lists: Lists<SimPacket>,
     /// Packets per poll of the application (the engine's batch).
     app_batch: usize,
     next_round: Ns,
-    counters: Counters,
+    counters: AffinityAcceptCounters,
     #[cfg(test)]
     audit: std::sync::Arc<std::sync::Mutex<tests::Audit>>,
 }
@@ -232,7 +220,8 @@ impl AffinityAccept {
                 cores,
                 config.queue_size,
                 config.table_update_ns,
-            )?,
+            )
+            .map_err(|e| SimError::InvalidOption(e.to_string()))?,
             accept: vec![AcceptQueue::new(options.accept_queue); cores],
             stealers: (0..cores).map(|c| Stealer::new(c, cores)).collect(),
             backlog: vec![VecDeque::new(); cores],
@@ -241,7 +230,7 @@ impl AffinityAccept {
             lists: Lists::default(),
             app_batch: 32,
             next_round: config.interval_ns,
-            counters: Counters::default(),
+            counters: AffinityAcceptCounters::default(),
             #[cfg(test)]
             audit: Default::default(),
         })
@@ -336,7 +325,7 @@ impl AffinityAccept {
             generation,
         });
         self.backlog[core].push_back(Work::Accept);
-        let group = self.groups.group(&syn);
+        let group = self.groups.group(syn.hash);
         self.groups.opened(group);
         if status == Status::BecameBusy {
             self.counters.busy_transitions += 1;
@@ -364,7 +353,7 @@ impl AffinityAccept {
         if forwarded {
             // The descriptor goes into another core's socket queue.
             cpu.charge(u64::from(cpu.cost().remote_cycles));
-            self.counters.forwarded += 1;
+            self.counters.forwarded_packets += 1;
             cpu.wake(owner);
         }
         self.backlog[owner].push_back(Work::Packet {
@@ -412,7 +401,7 @@ impl Policy for AffinityAccept {
     }
 
     fn steer(&mut self, p: &SimPacket, now: Ns) -> Option<usize> {
-        Some(self.groups.steer(p, now))
+        Some(self.groups.steer(p.hash, now))
     }
 
     fn poll(
@@ -436,9 +425,9 @@ impl Policy for AffinityAccept {
             self.receive(core, p, cpu);
         }
         for &p in batch.iter() {
-            match self.groups.receive(core, &p, &mut self.lists) {
+            match self.groups.receive(core, p.hash, p, &mut self.lists) {
                 Received::Current => self.receive(core, p, cpu),
-                Received::Held => self.counters.fence_held += 1,
+                Received::Held => self.counters.fence_held_packets += 1,
                 Received::Old(group) => {
                     self.receive(core, p, cpu);
                     if let Some((to, mut held)) = self.groups.old_handled(group) {
@@ -479,21 +468,7 @@ impl Policy for AffinityAccept {
         self.counters.steals + self.counters.flow_group_migrations
     }
 
-    fn mechanisms(&self) -> BTreeMap<String, u64> {
-        let c = &self.counters;
-        [
-            ("connections_accepted", c.accepted),
-            ("steals", c.steals),
-            ("flow_group_migrations", c.flow_group_migrations),
-            ("busy_transitions", c.busy_transitions),
-            ("forwarded_packets", c.forwarded),
-            ("accept_queue_drops", c.accept_queue_drops),
-            ("refused_packets", c.refused_packets),
-            ("backlog_drops", c.backlog_drops),
-            ("fence_held_packets", c.fence_held),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect()
+    fn mechanisms(&self) -> PolicyMechanisms {
+        PolicyMechanisms::AffinityAccept(self.counters)
     }
 }

@@ -1,9 +1,10 @@
 //! Software queuing (RSS++ paper §2, Figures 4a and 4b): the NIC puts every
 //! packet in its single receive queue, one extra *dispatching core* polls it
 //! and hands each packet to the processing cores through software rings.
-//! The `sw-*` policies differ only in how the dispatcher picks a ring; this
-//! module holds what they share: the topology, the dispatcher's costs, the
-//! hand-off costs on the processing cores, and the dispatcher's flow table.
+//! The `sw-*` policies differ only in how the dispatcher picks a ring (their
+//! placements, [`super::software`]); this module holds what they share: the
+//! topology, the dispatcher's costs, the hand-off costs on the processing
+//! cores, and the dispatcher's flow table.
 //!
 //! Costs, on top of the engine's per-batch poll cost:
 //! - the dispatcher spends [`DISPATCH_CYCLES`] per packet (reading the
@@ -16,9 +17,8 @@
 //!   software dispatching scale worse than hardware dispatching (§5.4).
 
 use crate::cost::{CostModel, StateTable};
-use crate::engine::Cpu;
 use crate::packet::SimPacket;
-use crate::policy::Topology;
+use crate::system::{Cpu, Topology};
 use crate::SimError;
 
 /// Dispatcher cycles per packet: reading the receive descriptor and writing

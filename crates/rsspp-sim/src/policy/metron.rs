@@ -21,12 +21,12 @@
 //! The classifier is an array over the finest prefixes ([`FINEST_BITS`]
 //! bits): a packet's lookup is one index, a class covers a range of it.
 
-use std::collections::BTreeMap;
+use rsspp_core::measure::load_from_busy;
 
 use crate::cost::StateTable;
-use crate::engine::{Cpu, System};
+use crate::mechanisms::{MetronCounters, PolicyMechanisms};
 use crate::packet::{Ns, SimPacket};
-use crate::policy::{Policy, PolicyConfig, Topology};
+use crate::system::{Cpu, Policy, PolicyConfig, System, Topology};
 use crate::SimError;
 
 /// Bits of the finest traffic classes: classes are prefixes of at most this
@@ -337,11 +337,11 @@ impl Policy for Metron {
     }
 
     fn timer(&mut self, now: Ns, sys: &mut System<'_>) {
-        let span = now.saturating_sub(self.measured_at).max(1) as f64;
+        let span = now.saturating_sub(self.measured_at).max(1);
         let load: Vec<f64> = (0..self.busy_at.len())
             .map(|core| {
                 let busy = sys.busy_ns(core);
-                let l = busy.saturating_sub(self.busy_at[core]) as f64 / span;
+                let l = load_from_busy(busy.saturating_sub(self.busy_at[core]), span);
                 self.busy_at[core] = busy;
                 l
             })
@@ -360,17 +360,14 @@ impl Policy for Metron {
         self.migrations
     }
 
-    fn mechanisms(&self) -> BTreeMap<String, u64> {
-        BTreeMap::from([
-            ("class_splits".to_string(), self.class_splits),
-            ("core_splits".to_string(), self.core_splits),
-            ("core_merges".to_string(), self.core_merges),
-            ("unsplittable".to_string(), self.unsplittable),
-            (
-                "classes".to_string(),
-                self.classes.iter().map(|c| c.len() as u64).sum(),
-            ),
-        ])
+    fn mechanisms(&self) -> PolicyMechanisms {
+        PolicyMechanisms::Metron(MetronCounters {
+            class_splits: self.class_splits,
+            core_splits: self.core_splits,
+            core_merges: self.core_merges,
+            unsplittable: self.unsplittable,
+            classes: self.classes.iter().map(|c| c.len() as u64).sum(),
+        })
     }
 }
 

@@ -19,15 +19,16 @@
 //!   in idle time, batch overhead or buffering are credited to no flow.
 //!   This costs one comparison per packet. *Choice*: 50 µs and 5 ms rounds
 //!   give the thesis's 100 polls per core per round (§5.1).
-//! - **Estimate**: the last 10 rounds weighted `0.15 / 1.1ⁿ` ([`load`]).
-//!   A flow's load travels with it; a core's load is the sum of its flows'.
+//! - **Estimate**: the last 10 rounds weighted `0.15 / 1.1ⁿ`
+//!   ([`rsspp_core::orss::load`]). A flow's load travels with it; a core's
+//!   load is the sum of its flows'.
 //! - **Rounds**: *choice* 5 ms (200 per second: "hundreds of iterations per
 //!   second", §5.4), not [`PolicyConfig::interval_ns`]: oRSS-NIC runs a
 //!   tight polling loop on the SmartNIC, not RSS++'s 100 ms control loop.
-//! - **Balancing** ([`balancer`]): largest flow of the most loaded core to
-//!   the least loaded core while the average squared imbalance falls, core
-//!   reduction, and no ping-pong (a real decrease, no swap of two cores'
-//!   roles, a cooldown after each move).
+//! - **Balancing** ([`rsspp_core::orss::balancer`]): largest flow of the
+//!   most loaded core to the least loaded core while the average squared
+//!   imbalance falls, core reduction, and no ping-pong (a real decrease, no
+//!   swap of two cores' roles, a cooldown after each move).
 //! - **Two-phase migration** (§4.6.2). Flow `f` moves from core A to B:
 //!   1. the table still sends `f` to A until the rule update takes effect
 //!      ([`PolicyConfig::table_update_ns`], the switch's `FLOW_MOD`);
@@ -69,19 +70,14 @@
 //!   touches a flow's state (§4.6.3), so oRSS needs no lock; a migrated
 //!   flow's first packet on B pays the remote transfer of the cost model.
 
-use std::collections::BTreeMap;
-
-pub mod balancer;
-pub mod load;
+use rsspp_core::orss::{Balancer, BalancerParams, FlowLoad, FlowLoads};
+use rsspp_core::rand::SplitMix64;
 
 use crate::cost::StateTable;
-use crate::engine::{Cpu, Queues, System};
+use crate::mechanisms::{OrssCounters, PolicyMechanisms};
 use crate::packet::{Ns, SimPacket};
-use crate::policy::{Policy, PolicyConfig, Topology};
+use crate::system::{Cpu, Policy, PolicyConfig, Queues, System, Topology};
 use crate::SimError;
-
-use balancer::{Balancer, BalancerParams, FlowLoad};
-use load::FlowLoads;
 
 /// oRSS's own settings (the defaults follow the thesis).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -115,26 +111,6 @@ impl Default for OrssParams {
             two_phase: true,
             balancer: BalancerParams::default(),
         }
-    }
-}
-
-/// SplitMix64: the seeded random placement of new flows.
-#[derive(Debug, Clone)]
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (the multiply-shift has no modulo bias worth the
-    /// name for core counts).
-    fn below(&mut self, n: usize) -> usize {
-        (((self.next() >> 32) * n as u64) >> 32) as usize
     }
 }
 
@@ -268,7 +244,7 @@ impl Orss {
             workers,
             queue_capacity: config.queue_size,
             table_update_ns: config.table_update_ns,
-            rng: SplitMix64(config.seed ^ 0x6f52_5353_6f52_5353),
+            rng: SplitMix64::new(config.seed ^ 0x6f52_5353_6f52_5353),
             flows: Vec::new(),
             qlen: vec![0; workers],
             migrations: Vec::new(),
@@ -309,7 +285,7 @@ impl Orss {
             }
             self.end_migration(flow);
         }
-        self.flows[flow as usize].core = self.rng.below(self.workers) as u16;
+        self.flows[flow as usize].core = self.rng.below_u32(self.workers) as u16;
     }
 
     /// Forgets the migration of `flow` (its table entry is already right).
@@ -604,22 +580,19 @@ impl Policy for Orss {
         self.counters.migrations
     }
 
-    fn mechanisms(&self) -> BTreeMap<String, u64> {
+    fn mechanisms(&self) -> PolicyMechanisms {
         let c = &self.counters;
-        [
-            ("buffered_packets", c.buffered),
-            ("buffer_drops", c.buffer_drops),
-            ("buffer_peak", c.buffer_peak),
-            ("buffered_migrations", c.buffered_migrations),
-            ("rounds", c.rounds),
-            ("rejected_moves", c.rejected),
-            ("pingpong_prevented", c.bounces_prevented),
-            ("isolated_flows", c.isolated),
-            ("tracked_flows", self.loads.tracked() as u64),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect()
+        PolicyMechanisms::Orss(OrssCounters {
+            buffered_packets: c.buffered,
+            buffer_drops: c.buffer_drops,
+            buffer_peak: c.buffer_peak,
+            buffered_migrations: c.buffered_migrations,
+            rounds: c.rounds,
+            rejected_moves: c.rejected,
+            pingpong_prevented: c.bounces_prevented,
+            isolated_flows: c.isolated,
+            tracked_flows: self.loads.tracked() as u64,
+        })
     }
 }
 
@@ -666,12 +639,12 @@ mod tests {
     #[test]
     fn the_migration_buffer_holds_1024_packets_and_drops_the_rest() {
         let s = two_heavy_flows(OrssParams::default(), 400_000, 30);
-        let m = &s.mechanisms;
+        let m = s.mechanisms.orss().expect("oRSS counters");
         assert!(s.migrations >= 1, "{s:?}");
-        assert_eq!(m["buffer_peak"], 1024, "{m:?}");
-        assert!(m["buffer_drops"] > 0, "{m:?}");
-        assert!(m["buffered_packets"] >= 1024, "{m:?}");
-        assert!(s.drops >= m["buffer_drops"]);
+        assert_eq!(m.buffer_peak, 1024, "{m:?}");
+        assert!(m.buffer_drops > 0, "{m:?}");
+        assert!(m.buffered_packets >= 1024, "{m:?}");
+        assert!(s.drops >= m.buffer_drops);
         // Every packet is either processed or dropped: none is left behind
         // in a buffer.
         assert_eq!(s.processed + s.drops, s.packets);
@@ -681,10 +654,10 @@ mod tests {
     #[test]
     fn a_lighter_flow_migrates_without_loss() {
         let s = two_heavy_flows(OrssParams::default(), 250_000, 30);
-        let m = &s.mechanisms;
+        let m = s.mechanisms.orss().expect("oRSS counters");
         assert!(s.migrations >= 1, "{s:?}");
-        assert!(m["buffered_packets"] > 0, "{m:?}");
-        assert_eq!(m["buffer_drops"], 0, "{m:?}");
+        assert!(m.buffered_packets > 0, "{m:?}");
+        assert_eq!(m.buffer_drops, 0, "{m:?}");
         assert_eq!(s.drops, 0);
         assert_eq!(s.processed, s.packets);
         assert_eq!(s.reordered, 0);

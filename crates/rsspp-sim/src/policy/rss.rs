@@ -4,9 +4,8 @@
 use rsspp_core::{bucket_of, IndirectionTable};
 
 use crate::cost::StateTable;
-use crate::engine::Cpu;
 use crate::packet::{Ns, SimPacket};
-use crate::policy::{Policy, PolicyConfig, Topology};
+use crate::system::{Cpu, Policy, PolicyConfig, Topology};
 use crate::SimError;
 
 /// Static RSS.

@@ -22,10 +22,10 @@
 //!   migrating (the coordinator would refuse it): the round is retried 1 ms
 //!   later.
 
-use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
+use rsspp_core::measure::load_from_busy;
 use rsspp_core::state::{
     BucketWorker, FlowHandler, FlowPacket, Handoff, MigrationCoordinator, Outbox, TableConfig,
     Worker,
@@ -35,9 +35,9 @@ use rsspp_core::{
 };
 
 use crate::cost::StateTable;
-use crate::engine::{Cpu, System};
+use crate::mechanisms::{PolicyMechanisms, RssPlusPlusCounters};
 use crate::packet::{Ns, SimPacket};
-use crate::policy::{Policy, PolicyConfig, Topology};
+use crate::system::{Cpu, Policy, PolicyConfig, System, Topology};
 use crate::SimError;
 
 /// A simulated packet as the state layer sees it: a flow key built from the
@@ -223,13 +223,9 @@ impl RssPlusPlus {
 
     fn round(&mut self, now: Ns, sys: &mut System<'_>) {
         let cores = self.workers.len();
-        let elapsed = now.saturating_sub(self.last_round).max(1) as f64;
+        let elapsed = now.saturating_sub(self.last_round).max(1);
         let loads: Vec<f64> = (0..cores)
-            .map(|c| {
-                let busy = sys.busy_ns(c);
-                let load = (busy - self.busy_at_round[c]) as f64 / elapsed;
-                load.clamp(0.0, 1.0)
-            })
+            .map(|c| load_from_busy(sys.busy_ns(c) - self.busy_at_round[c], elapsed))
             .collect();
         if self.switch.is_some() || self.coordinator.migrating() > 0 {
             // The previous plan is still being carried out.
@@ -399,7 +395,7 @@ impl Policy for RssPlusPlus {
         self.coordinator.completed_moves()
     }
 
-    fn mechanisms(&self) -> BTreeMap<String, u64> {
+    fn mechanisms(&self) -> PolicyMechanisms {
         let mut parked = 0;
         let mut peak_pending = 0;
         for w in &self.workers {
@@ -407,14 +403,14 @@ impl Policy for RssPlusPlus {
             parked += s.parked;
             peak_pending = peak_pending.max(s.peak_pending);
         }
-        BTreeMap::from([
-            ("rounds".into(), self.rounds),
-            ("plans".into(), self.plans),
-            ("rounds_postponed".into(), self.postponed),
-            ("parked_packets".into(), parked),
-            ("peak_pending".into(), peak_pending),
-            ("cores_added".into(), self.added),
-            ("cores_removed".into(), self.removed),
-        ])
+        PolicyMechanisms::RssPlusPlus(RssPlusPlusCounters {
+            rounds: self.rounds,
+            plans: self.plans,
+            rounds_postponed: self.postponed,
+            parked_packets: parked,
+            peak_pending,
+            cores_added: self.added,
+            cores_removed: self.removed,
+        })
     }
 }

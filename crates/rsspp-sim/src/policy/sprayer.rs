@@ -5,9 +5,8 @@
 //! it and may finish out of order.
 
 use crate::cost::StateTable;
-use crate::engine::Cpu;
 use crate::packet::{Ns, SimPacket};
-use crate::policy::{Policy, PolicyConfig, Topology};
+use crate::system::{Cpu, Policy, PolicyConfig, Topology};
 
 /// Per-packet spraying.
 #[derive(Debug, Clone)]

@@ -7,7 +7,7 @@ mod svg;
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
 use crate::result::{Comparison, PolicyResult};
@@ -213,10 +213,11 @@ fn summary(page: &mut String, c: &Comparison) {
 /// The policies' own counters (steals, buffered packets, cache hits…) as a
 /// table with one column per counter any policy reported.
 fn mechanisms(page: &mut String, ps: &[PolicyResult]) {
-    let keys: BTreeSet<&String> = ps
+    let counters: Vec<BTreeMap<&str, u64>> = ps
         .iter()
-        .flat_map(|p| p.summary.mechanisms.keys())
+        .map(|p| p.summary.mechanisms.entries().into_iter().collect())
         .collect();
+    let keys: BTreeSet<&str> = counters.iter().flat_map(|c| c.keys().copied()).collect();
     if keys.is_empty() {
         return;
     }
@@ -232,7 +233,7 @@ fn mechanisms(page: &mut String, ps: &[PolicyResult]) {
         let _ = write!(page, "<th>{}</th>", esc(&label));
     }
     page.push_str("</tr></thead>\n<tbody>\n");
-    for (i, p) in ps.iter().enumerate() {
+    for (i, (p, counters)) in ps.iter().zip(&counters).enumerate() {
         let _ = write!(
             page,
             "<tr><td class=\"l\">{}{}</td>",
@@ -240,7 +241,7 @@ fn mechanisms(page: &mut String, ps: &[PolicyResult]) {
             esc(&p.name)
         );
         for k in &keys {
-            match p.summary.mechanisms.get(*k) {
+            match counters.get(k) {
                 Some(v) => {
                     let _ = write!(page, "<td>{}</td>", int(*v));
                 }

@@ -1,6 +1,9 @@
 use super::charts;
 use super::svg::{self, coord, esc, heat_color, int, nice_ticks, Linear, Log10};
 use super::*;
+use crate::mechanisms::{
+    AffinityAcceptCounters, DispatchCounters, Mechanisms, PolicyMechanisms, StateAccessCounters,
+};
 use crate::result::{PolicySummary, SweepPoint, Timeline};
 
 /// Elements HTML closes by itself.
@@ -124,9 +127,18 @@ fn policy(name: &str, cores: usize, samples: usize, dispatch: bool) -> PolicyRes
             processed: 99_958,
             avg_load: 0.7,
             cycles_per_packet: 1500.0,
-            mechanisms: [("state_hits".to_string(), 10), ("steals".to_string(), 2)]
-                .into_iter()
-                .collect(),
+            mechanisms: Mechanisms {
+                policy: PolicyMechanisms::AffinityAccept(AffinityAcceptCounters {
+                    steals: 2,
+                    ..AffinityAcceptCounters::default()
+                }),
+                state: StateAccessCounters {
+                    state_hits: 10,
+                    ..StateAccessCounters::default()
+                },
+                slf_x1000: None,
+                reframer: None,
+            },
         },
         timeline: Timeline {
             interval_ms: 100,
@@ -204,6 +216,30 @@ fn the_page_is_well_formed_and_has_every_chart() {
     let without_ns = page.replace("xmlns=\"http://www.w3.org/2000/svg\"", "");
     assert!(!without_ns.contains("http://") && !without_ns.contains("https://"));
     assert!(!page.contains("<script") && !page.contains("<link"));
+}
+
+#[test]
+fn the_mechanism_table_has_a_column_per_counter_any_policy_has() {
+    let aa = policy("affinity-accept", 4, 10, false);
+    let mut sw = policy("sw-rr", 4, 10, true);
+    sw.summary.mechanisms.policy =
+        PolicyMechanisms::Dispatch(DispatchCounters { dispatched: 1234 });
+    let mut page = String::new();
+    mechanisms(&mut page, &[aa, sw]);
+    let columns = AffinityAcceptCounters::default().entries().len()
+        + StateAccessCounters::default().entries().len()
+        + 1;
+    assert_eq!(count(&page, "<th>"), columns, "{page}");
+    for label in ["steals", "state hits", "lock wait (µs)", "dispatched"] {
+        assert!(
+            page.contains(&format!("<th>{label}</th>")),
+            "{label}: {page}"
+        );
+    }
+    // Each row has a cell per column: a counter the policy lacks is a dash.
+    let na = AffinityAcceptCounters::default().entries().len();
+    assert_eq!(count(&page, "<td class=\"na\">"), na + 1, "{page}");
+    assert!(page.contains("<td>1,234</td>"), "{page}");
 }
 
 #[test]

@@ -13,7 +13,7 @@
 //! The service time a server spends on a connection is not in the trace:
 //! the simulator's cost model skews it per flow (`--work-skew`).
 
-use rsspp_core::balance::synthetic::SplitMix64;
+use rsspp_core::rand::SplitMix64;
 
 use super::GenPacket;
 use crate::record::tcp_flags::{ACK, FIN, PSH, SYN};

@@ -4,7 +4,7 @@
 //! rest of the packet rate. Each flow keeps its own random stream and
 //! schedule, so a window of traffic is produced from the live flows only.
 
-use rsspp_core::balance::synthetic::SplitMix64;
+use rsspp_core::rand::SplitMix64;
 
 use super::dist::EmpiricalCdf;
 use super::GenPacket;

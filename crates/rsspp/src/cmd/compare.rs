@@ -244,7 +244,7 @@ pub fn run_compare(args: &CompareArgs) -> Result<(), CliError> {
     let reframer = match args.reframer {
         None => None,
         Some(us) if BUFFER_US_RANGE.contains(&us) => {
-            Some(ReframerConfig::new(us).map_err(sim_error)?)
+            Some(ReframerConfig::new(us).map_err(|e| sim_error(e.into()))?)
         }
         Some(us) => {
             return Err(CliError::Invalid(format!(

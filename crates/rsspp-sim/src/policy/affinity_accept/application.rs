@@ -2,11 +2,12 @@
 //! its backlog, `accept()` with the 5:1 local/remote share, stealing, and
 //! the processing of a connection's packets by its owner.
 
-use super::accept::{Waiting, LOCAL_PER_REMOTE};
+use rsspp_core::affinity_accept::{Waiting, LOCAL_PER_REMOTE};
+
 use super::{AffinityAccept, Conn, Work};
 use crate::cost::StateTable;
-use crate::engine::Cpu;
 use crate::packet::SimPacket;
+use crate::system::Cpu;
 
 impl AffinityAccept {
     /// Processes `p` on the core of `cpu`; `remote` when another core
@@ -104,19 +105,19 @@ impl AffinityAccept {
     }
 
     /// Whether an accept-queue entry is still the connection waiting.
-    fn is_current(&self, w: &Waiting) -> bool {
+    fn is_current(&self, w: &Waiting<SimPacket>) -> bool {
         let f = &self.flows[w.syn.flow as usize];
         f.conn == Conn::Waiting && f.generation == w.generation
     }
 
     /// `core` accepts `w`: it owns the connection, and processes its SYN
     /// and the packets that waited with it. Returns the packets processed.
-    fn take(&mut self, core: usize, w: Waiting, cpu: &mut Cpu<'_>) -> usize {
+    fn take(&mut self, core: usize, w: Waiting<SimPacket>, cpu: &mut Cpu<'_>) -> usize {
         let f = &mut self.flows[w.syn.flow as usize];
         f.conn = Conn::Owned;
         f.core = core as u8;
         let mut parked = std::mem::take(&mut f.parked);
-        self.counters.accepted += 1;
+        self.counters.connections_accepted += 1;
         self.finish(&w.syn, usize::from(w.rx_core) != core, cpu);
         let mut n = 1;
         while let Some((p, rx)) = self.lists.pop(&mut parked) {

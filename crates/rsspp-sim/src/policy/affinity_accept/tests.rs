@@ -81,14 +81,18 @@ fn one_owner_per_connection_and_no_reordering_under_stealing() {
     let policy = AffinityAccept::new(&config(4)).unwrap();
     let audit = policy.audit();
     let r = run(policy, &pkts, 1.5);
-    let m = &r.summary.mechanisms;
+    let m = r
+        .summary
+        .mechanisms
+        .affinity_accept()
+        .expect("its counters");
     // Every path ran: stealing from busy and non-busy cores, forwarding,
     // group moves, refused connections.
-    assert!(m["steals"] > 100, "{m:?}");
-    assert!(m["busy_transitions"] > 0, "{m:?}");
-    assert!(m["flow_group_migrations"] > 0, "{m:?}");
-    assert!(m["forwarded_packets"] > 0, "{m:?}");
-    assert!(m["accept_queue_drops"] > 0, "{m:?}");
+    assert!(m.steals > 100, "{m:?}");
+    assert!(m.busy_transitions > 0, "{m:?}");
+    assert!(m.flow_group_migrations > 0, "{m:?}");
+    assert!(m.forwarded_packets > 0, "{m:?}");
+    assert!(m.accept_queue_drops > 0, "{m:?}");
     let a = audit.lock().unwrap();
     assert!(
         a.packets > pkts.len() as u64 / 2,
@@ -146,10 +150,14 @@ fn a_migrated_group_keeps_its_packets_in_order() {
     let mut engine = Engine::new(Box::new(policy), engine_config);
     engine.feed(&pkts);
     let r = engine.finish();
-    let m = &r.summary.mechanisms;
-    assert!(m["flow_group_migrations"] >= 1, "{m:?}");
+    let m = r
+        .summary
+        .mechanisms
+        .affinity_accept()
+        .expect("its counters");
+    assert!(m.flow_group_migrations >= 1, "{m:?}");
     assert_eq!(r.summary.reordered, 0, "{m:?}");
-    assert!(m["fence_held_packets"] > 0, "{m:?}");
+    assert!(m.fence_held_packets > 0, "{m:?}");
     assert_eq!(audit.lock().unwrap().elsewhere, 0);
     assert_eq!(r.summary.processed + r.summary.drops, r.summary.packets);
 }
@@ -169,7 +177,10 @@ fn stealing_and_migration_are_what_helps() {
         &pkts,
         skew,
     );
-    assert_eq!(alone.summary.mechanisms["steals"], 0);
+    assert_eq!(
+        alone.summary.mechanisms.affinity_accept().unwrap().steals,
+        0
+    );
     assert_eq!(alone.summary.migrations, 0);
     let (a, b) = (&full.summary, &alone.summary);
     assert!(

@@ -1,9 +1,8 @@
 //! Per-core accept queues, the busy status Affinity-Accept derives from
 //! their length (§3.3.1), and each core's record of whom it stole from.
+//! `P` is the caller's packet type (a connection is queued with its SYN).
 
 use std::collections::VecDeque;
-
-use crate::packet::SimPacket;
 
 /// Share of the queue above which a core turns busy (the paper's 75%).
 const HIGH_WATERMARK: f64 = 0.75;
@@ -11,20 +10,24 @@ const HIGH_WATERMARK: f64 = 0.75;
 /// to turn non-busy again (the paper's 10%).
 const LOW_WATERMARK: f64 = 0.10;
 /// Local connections a non-busy core accepts per remote one it steals.
-pub(super) const LOCAL_PER_REMOTE: u32 = 5;
+pub const LOCAL_PER_REMOTE: u32 = 5;
 
 /// A connection waiting to be accepted: its SYN, the core that received
 /// it, and the incarnation of its flow number it belongs to.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Waiting {
-    pub syn: SimPacket,
+pub struct Waiting<P> {
+    /// The connection's SYN.
+    pub syn: P,
+    /// The core whose receive path got the SYN.
     pub rx_core: u8,
+    /// The incarnation of the flow number the connection is (an entry of
+    /// an earlier one is stale).
     pub generation: u32,
 }
 
 /// What adding a connection did to the core's status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Status {
+pub enum Status {
     /// No change.
     Same,
     /// The queue went past the high watermark.
@@ -35,8 +38,8 @@ pub(super) enum Status {
 
 /// One core's accept queue.
 #[derive(Debug, Clone)]
-pub(super) struct AcceptQueue {
-    waiting: VecDeque<Waiting>,
+pub struct AcceptQueue<P> {
+    waiting: VecDeque<Waiting<P>>,
     capacity: usize,
     high: f64,
     low: f64,
@@ -47,7 +50,7 @@ pub(super) struct AcceptQueue {
     busy: bool,
 }
 
-impl AcceptQueue {
+impl<P> AcceptQueue<P> {
     /// An empty queue of `capacity` (≥ 1) connections.
     pub fn new(capacity: usize) -> Self {
         Self {
@@ -80,7 +83,7 @@ impl AcceptQueue {
     /// updates the status: busy as soon as the length exceeds the high
     /// watermark, non-busy once the average, updated at each addition as
     /// the paper does, is under the low one.
-    pub fn push(&mut self, w: Waiting) -> Status {
+    pub fn push(&mut self, w: Waiting<P>) -> Status {
         debug_assert!(!self.is_full());
         self.waiting.push_back(w);
         let len = self.waiting.len() as f64;
@@ -97,7 +100,7 @@ impl AcceptQueue {
     }
 
     /// The oldest waiting connection.
-    pub fn pop(&mut self) -> Option<Waiting> {
+    pub fn pop(&mut self) -> Option<Waiting<P>> {
         self.waiting.pop_front()
     }
 }
@@ -106,7 +109,7 @@ impl AcceptQueue {
 /// remote connection per [`LOCAL_PER_REMOTE`] local ones while local ones
 /// wait, and per victim the steals since the last flow-group round.
 #[derive(Debug, Clone)]
-pub(super) struct Stealer {
+pub struct Stealer {
     last_victim: usize,
     /// Local connections accepted since the last steal.
     pub local_run: u32,
@@ -125,7 +128,7 @@ impl Stealer {
 
     /// The next busy core after the last victim (in core order, wrapping)
     /// with a connection waiting, other than `me`.
-    pub fn next_victim(&self, me: usize, queues: &[AcceptQueue]) -> Option<usize> {
+    pub fn next_victim<P>(&self, me: usize, queues: &[AcceptQueue<P>]) -> Option<usize> {
         let n = queues.len();
         (1..=n)
             .map(|i| (self.last_victim + i) % n)
@@ -134,7 +137,7 @@ impl Stealer {
 
     /// Where an idle core looks: a busy core first, then any other core
     /// with a connection waiting (the paper's polling rule).
-    pub fn next_victim_when_idle(&self, me: usize, queues: &[AcceptQueue]) -> Option<usize> {
+    pub fn next_victim_when_idle<P>(&self, me: usize, queues: &[AcceptQueue<P>]) -> Option<usize> {
         let n = queues.len();
         self.next_victim(me, queues).or_else(|| {
             (1..=n)
@@ -168,9 +171,9 @@ impl Stealer {
 mod tests {
     use super::*;
 
-    fn waiting() -> Waiting {
+    fn waiting() -> Waiting<()> {
         Waiting {
-            syn: SimPacket::default(),
+            syn: (),
             rx_core: 0,
             generation: 0,
         }

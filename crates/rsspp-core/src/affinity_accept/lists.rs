@@ -1,15 +1,14 @@
 //! Short FIFO lists of packets kept aside by the policy — those waiting with
 //! a connection nobody accepted yet, those held behind a flow-group fence —
 //! in one slab, so that parking a packet allocates nothing once the slab
-//! has grown to the run's peak.
-
-use crate::packet::SimPacket;
+//! has grown to the run's peak. `P` is the caller's packet type.
 
 const NIL: u32 = u32::MAX;
 
-/// A list's handle: its ends and length (empty by default).
+/// A list's handle: its ends and length (empty by default). Its packets
+/// live in a [`Lists`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct List {
+pub struct List {
     head: u32,
     tail: u32,
     len: u32,
@@ -38,8 +37,8 @@ impl List {
 }
 
 #[derive(Debug, Clone, Copy)]
-struct Node {
-    packet: SimPacket,
+struct Node<P> {
+    packet: P,
     /// The core whose receive path handled the packet.
     rx_core: u8,
     next: u32,
@@ -47,13 +46,13 @@ struct Node {
 
 /// The slab every list lives in.
 #[derive(Debug)]
-pub(super) struct Lists {
-    nodes: Vec<Node>,
+pub struct Lists<P> {
+    nodes: Vec<Node<P>>,
     /// First node of the free chain.
     free: u32,
 }
 
-impl Default for Lists {
+impl<P> Default for Lists<P> {
     fn default() -> Self {
         Self {
             nodes: Vec::new(),
@@ -62,9 +61,9 @@ impl Default for Lists {
     }
 }
 
-impl Lists {
+impl<P: Copy> Lists<P> {
     /// Appends `packet` (received by `rx_core`) to `list`.
-    pub fn push(&mut self, list: &mut List, packet: SimPacket, rx_core: u8) {
+    pub fn push(&mut self, list: &mut List, packet: P, rx_core: u8) {
         let node = Node {
             packet,
             rx_core,
@@ -89,7 +88,7 @@ impl Lists {
     }
 
     /// Takes the first packet of `list` and the core that received it.
-    pub fn pop(&mut self, list: &mut List) -> Option<(SimPacket, u8)> {
+    pub fn pop(&mut self, list: &mut List) -> Option<(P, u8)> {
         if list.head == NIL {
             return None;
         }
@@ -110,11 +109,9 @@ impl Lists {
 mod tests {
     use super::*;
 
-    fn packet(seq: u32) -> SimPacket {
-        SimPacket {
-            seq,
-            ..SimPacket::default()
-        }
+    /// A packet is its sequence number here.
+    fn packet(seq: u32) -> u32 {
+        seq
     }
 
     #[test]
@@ -126,10 +123,10 @@ mod tests {
             lists.push(&mut b, packet(10 + s), 2);
         }
         assert_eq!(a.len(), 3);
-        assert_eq!(lists.pop(&mut a).map(|(p, c)| (p.seq, c)), Some((0, 1)));
-        assert_eq!(lists.pop(&mut b).map(|(p, c)| (p.seq, c)), Some((10, 2)));
+        assert_eq!(lists.pop(&mut a), Some((0, 1)));
+        assert_eq!(lists.pop(&mut b), Some((10, 2)));
         lists.push(&mut a, packet(3), 1);
-        let seqs: Vec<u32> = std::iter::from_fn(|| lists.pop(&mut a).map(|(p, _)| p.seq)).collect();
+        let seqs: Vec<u32> = std::iter::from_fn(|| lists.pop(&mut a).map(|(p, _)| p)).collect();
         assert_eq!(seqs, [1, 2, 3]);
         assert!(a.is_empty());
         // Freed nodes are reused: the slab did not grow past its peak.

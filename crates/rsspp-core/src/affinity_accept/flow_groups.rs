@@ -9,18 +9,19 @@
 //! know how many packets of a group wait in a queue, the policy mirrors the
 //! queues' occupancy (the engine drops a packet exactly when its queue is
 //! full, and only this policy takes packets out).
+//!
+//! Packets are known by their RSS hash; time is passed in, in nanoseconds.
 
 use std::collections::VecDeque;
 
-use rsspp_core::{bucket_of, IndirectionTable};
-
 use super::lists::{List, Lists};
-use crate::packet::{Ns, SimPacket};
-use crate::SimError;
+use super::Ns;
+use crate::reta::{IndirectionTable, RetaError};
+use crate::toeplitz::bucket_of;
 
 /// What a core's receive path finds a packet it took from its queue to be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Received {
+pub enum Received {
     /// A packet of a group the core owns, free to handle.
     Current,
     /// A packet of a group that moved here while older packets of it still
@@ -33,7 +34,7 @@ pub(super) enum Received {
 
 /// Flow groups, the table that maps them, and their fences.
 #[derive(Debug)]
-pub(super) struct FlowGroups {
+pub struct FlowGroups {
     table: IndirectionTable,
     update_ns: Ns,
     /// Rewrites waiting for the NIC: (effective at, group, new core).
@@ -63,9 +64,8 @@ impl FlowGroups {
         cores: usize,
         queue_capacity: usize,
         update_ns: Ns,
-    ) -> Result<Self, SimError> {
-        let table = IndirectionTable::equal(groups, cores)
-            .map_err(|e| SimError::InvalidOption(e.to_string()))?;
+    ) -> Result<Self, RetaError> {
+        let table = IndirectionTable::equal(groups, cores)?;
         Ok(Self {
             table,
             update_ns,
@@ -80,13 +80,14 @@ impl FlowGroups {
         })
     }
 
-    /// The flow group of `p`.
-    pub fn group(&self, p: &SimPacket) -> usize {
-        bucket_of(p.hash, self.table.len())
+    /// The flow group of a packet of RSS hash `hash`.
+    pub fn group(&self, hash: u32) -> usize {
+        bucket_of(hash, self.table.len())
     }
 
-    /// The NIC receives `p` at `now`: the core whose queue it joins.
-    pub fn steer(&mut self, p: &SimPacket, now: Ns) -> usize {
+    /// The NIC receives a packet of RSS hash `hash` at `now`: the core whose
+    /// queue it joins.
+    pub fn steer(&mut self, hash: u32, now: Ns) -> usize {
         while let Some(&(at, group, to)) = self.pending.front() {
             if at > now {
                 break;
@@ -100,7 +101,7 @@ impl FlowGroups {
             self.in_queue[group] = 0;
             self.moving[group] = self.fence[group] > 0;
         }
-        let group = self.group(p);
+        let group = self.group(hash);
         let core = self.table.core_of(group);
         // The engine drops the packet when the queue is full.
         if self.queue_len[core] < self.queue_capacity {
@@ -120,16 +121,22 @@ impl FlowGroups {
         self.queue_len[core]
     }
 
-    /// Classifies `p`, just taken by `core`; a held packet goes into the
-    /// group's list.
-    pub fn receive(&mut self, core: usize, p: &SimPacket, lists: &mut Lists) -> Received {
-        let group = self.group(p);
+    /// Classifies packet `p` of RSS hash `hash`, just taken by `core`; a
+    /// held packet goes into the group's list.
+    pub fn receive<P: Copy>(
+        &mut self,
+        core: usize,
+        hash: u32,
+        p: P,
+        lists: &mut Lists<P>,
+    ) -> Received {
+        let group = self.group(hash);
         if self.table.core_of(group) != core {
             return Received::Old(group);
         }
         self.in_queue[group] -= 1;
         if self.fence[group] > 0 {
-            lists.push(&mut self.held[group], *p, core as u8);
+            lists.push(&mut self.held[group], p, core as u8);
             Received::Held
         } else {
             Received::Current
@@ -187,50 +194,43 @@ impl FlowGroups {
 mod tests {
     use super::*;
 
-    fn packet(hash: u32) -> SimPacket {
-        SimPacket {
-            hash,
-            ..SimPacket::default()
-        }
-    }
-
     #[test]
     fn a_moved_group_is_held_until_the_old_queue_drains() {
         let mut lists = Lists::default();
         let mut g = FlowGroups::new(64, 2, 16, 100).unwrap();
         // Group 2 is on core 0; two of its packets wait there.
-        assert_eq!(g.steer(&packet(2), 0), 0);
-        assert_eq!(g.steer(&packet(2), 1), 0);
+        assert_eq!(g.steer(2, 0), 0);
+        assert_eq!(g.steer(2, 1), 0);
         g.opened(2);
         assert!(g.migrate(0, 1, 10));
         // Not yet in the NIC: still core 0, and the group cannot move twice.
-        assert_eq!(g.steer(&packet(2), 50), 0);
+        assert_eq!(g.steer(2, 50), 0);
         assert!(g.migrate(0, 1, 60)); // another group of core 0
-        assert_eq!(g.steer(&packet(2), 110), 1);
+        assert_eq!(g.steer(2, 110), 1);
         assert_eq!(g.queue_len(0), 3);
         // Core 1 takes the new packet first: held.
         g.took(1, 1);
-        assert_eq!(g.receive(1, &packet(2), &mut lists), Received::Held);
+        assert_eq!(g.receive(1, 2, 2u32, &mut lists), Received::Held);
         // Core 0 takes the three old ones; the last opens the fence.
         g.took(0, 3);
         for i in 0..3 {
-            assert_eq!(g.receive(0, &packet(2), &mut lists), Received::Old(2));
+            assert_eq!(g.receive(0, 2, 2u32, &mut lists), Received::Old(2));
             let released = g.old_handled(2);
             assert_eq!(released.is_some(), i == 2);
             if let Some((core, held)) = released {
                 assert_eq!((core, held.len()), (1, 1));
             }
         }
-        assert_eq!(g.steer(&packet(2), 200), 1);
+        assert_eq!(g.steer(2, 200), 1);
         g.took(1, 1);
-        assert_eq!(g.receive(1, &packet(2), &mut lists), Received::Current);
+        assert_eq!(g.receive(1, 2, 2u32, &mut lists), Received::Current);
     }
 
     #[test]
     fn a_full_queue_is_mirrored() {
         let mut g = FlowGroups::new(64, 1, 2, 0).unwrap();
         for t in 0..5 {
-            g.steer(&packet(t), u64::from(t));
+            g.steer(t, u64::from(t));
         }
         assert_eq!(g.queue_len(0), 2);
     }
