@@ -106,14 +106,7 @@ impl<N: RssDevice> HardwarePath<N> {
     /// `queues`) with the counting program `xdp`; remembers the NIC's table
     /// to put it back.
     pub fn new(xdp: Xdp, mut nic: N, queues: Vec<u32>) -> Result<Self, HardwareError> {
-        let rx = nic.rx_queues()?;
-        if let Some(&queue) = queues.iter().find(|&&q| q >= rx) {
-            return Err(HardwareError::NoQueue {
-                iface: nic.name().to_string(),
-                queue,
-                queues: rx,
-            });
-        }
+        Self::check_queues(&mut nic, &queues)?;
         let original = nic.rss()?.indirection;
         let per_cpu = vec![0; xdp.possible_cpus()];
         Ok(Self {
@@ -123,6 +116,20 @@ impl<N: RssDevice> HardwarePath<N> {
             original,
             per_cpu,
         })
+    }
+
+    /// Checks that the NIC has every queue of `queues` (before anything
+    /// is attached to it).
+    pub fn check_queues(nic: &mut N, queues: &[u32]) -> Result<(), HardwareError> {
+        let rx = nic.rx_queues()?;
+        match queues.iter().find(|&&q| q >= rx) {
+            Some(&queue) => Err(HardwareError::NoQueue {
+                iface: nic.name().to_string(),
+                queue,
+                queues: rx,
+            }),
+            None => Ok(()),
+        }
     }
 
     /// The NIC's table before the daemon started.

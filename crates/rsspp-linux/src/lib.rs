@@ -13,6 +13,7 @@ pub mod daemon;
 pub mod datapath;
 pub mod ethtool;
 pub mod metrics;
+pub mod service;
 pub mod xdp;
 
 #[allow(clippy::all, unused_imports, missing_docs, dead_code)]

@@ -101,6 +101,9 @@ pub enum CliError {
     /// Standard output was closed by the reader (e.g. `| head`): stop quietly.
     #[error("broken pipe")]
     BrokenPipe,
+    /// The daemon (`rsspp run`) could not start, run or stop cleanly.
+    #[error(transparent)]
+    Service(#[from] rsspp_linux::service::ServiceError),
 }
 
 impl CliError {
