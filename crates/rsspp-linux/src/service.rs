@@ -190,10 +190,13 @@ pub enum ServiceError {
     Nic(#[from] EthtoolError),
     /// The hardware data path could not start.
     #[error(transparent)]
-    Hardware(#[from] HardwareError),
-    /// The daemon could not start or a round failed.
+    HardwarePath(#[from] HardwareError),
+    /// Software mode: the daemon could not start or a round failed.
     #[error(transparent)]
-    Daemon(#[from] DaemonError),
+    Software(#[from] DaemonError<XdpError>),
+    /// Hardware mode: the daemon could not start or a round failed.
+    #[error(transparent)]
+    Hardware(#[from] DaemonError<HardwareError>),
     /// Hardware mode: the table size asked for is not the NIC's.
     #[error("{iface}'s indirection table has {size} entries; a table of {asked} does not match")]
     TableSize {
@@ -213,6 +216,17 @@ pub enum ServiceError {
         #[source]
         source: KeyError,
     },
+}
+
+impl ServiceError {
+    /// A table the data path refused: the previous one is still in use.
+    pub fn is_refused_table(&self) -> bool {
+        matches!(
+            self,
+            ServiceError::Software(DaemonError::Table(_))
+                | ServiceError::Hardware(DaemonError::Table(_))
+        )
+    }
 }
 
 /// What a finished service did.
@@ -334,15 +348,15 @@ impl Service {
             let t0 = Instant::now();
             let now = self.now();
             let round = match &mut self.running {
-                Running::Software(d) => d.round(now),
-                Running::Hardware(d) => d.round(now),
+                Running::Software(d) => d.round(now).map_err(ServiceError::from),
+                Running::Hardware(d) => d.round(now).map_err(ServiceError::from),
             };
             match round {
                 Ok(round) => self.publish(Some(&round), t0.elapsed()),
                 // A refused table write keeps the previous table: log and
                 // go on.
-                Err(e @ DaemonError::Table(_)) => warn!("{e}"),
-                Err(e) => return Err(e.into()),
+                Err(e) if e.is_refused_table() => warn!("{e}"),
+                Err(e) => return Err(e),
             }
         }
     }
