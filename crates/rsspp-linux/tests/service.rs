@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::bpf_ready;
 use common::netns::Netns;
 use rsspp_linux::service::{Service, ServiceConfig, ServiceError, DEFAULT_SOFTWARE_RETA_SIZE};
-use rsspp_linux::xdp::XdpError;
+use rsspp_linux::xdp::XdpErrorKind;
 
 const IFACE: &str = "veth0";
 
@@ -80,7 +80,7 @@ fn a_failed_start_leaves_nothing_attached() {
         // CPU 4000 is not online: the load fails before any attach.
         let e = Service::start(ServiceConfig::new(IFACE, vec![4000])).unwrap_err();
         assert!(
-            matches!(e, ServiceError::Xdp(XdpError::CpuOffline { cpu: 4000, .. })),
+            matches!(&e, ServiceError::Xdp(x) if matches!(x.kind(), XdpErrorKind::CpuOffline { cpu: 4000, .. })),
             "{e}"
         );
         assert_eq!(ns.xdp_of(IFACE), None);
