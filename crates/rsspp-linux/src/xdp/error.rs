@@ -177,6 +177,10 @@ pub enum XdpErrorKind {
         /// Given length.
         got: usize,
     },
+    /// libbpf did not map the object's read-only globals, so the
+    /// programs' settings cannot be written.
+    #[error("the BPF object's .rodata is not memory-mapped: the programs' settings cannot be set")]
+    NoRodata,
     /// A libbpf call failed.
     #[error("{what}: {source}")]
     Bpf {

@@ -1,6 +1,8 @@
-//! Loading: the BPF object opened through its skeleton, its maps sized,
-//! the one program asked for loaded, and its maps filled (the Toeplitz key
-//! table, the configuration, the CPUMAP, an `equal` indirection table).
+//! Loading: the BPF object opened through its skeleton, its settings
+//! written to its read-only globals (`.rodata`, frozen at load: the
+//! verifier and the JIT see constants), its maps sized, the one program
+//! asked for loaded, and its maps filled (the Toeplitz key table, the
+//! CPUMAP, an `equal` indirection table).
 
 use std::ffi::CString;
 use std::io;
@@ -18,7 +20,12 @@ use super::{
     MAX_RETA_SIZE,
 };
 use crate::cpu::CpuList;
-use crate::skel::RssppSkelBuilder;
+use crate::skel::{types, RssppSkelBuilder};
+
+// The key table's layout comes from the C code (`struct key_table`): one
+// row of 256 words per input byte, as many rows as the core crate's
+// longest hash input.
+const _: () = assert!(std::mem::size_of::<types::key_table>() == MAX_HASH_INPUT * 256 * 4);
 
 impl Xdp {
     /// Loads `program` for `opts.iface` and fills its maps; attaches
@@ -60,7 +67,19 @@ impl Xdp {
         let ifindex = ifindex_of(&iface)?;
         let possible_cpus = libbpf_rs::num_possible_cpus()
             .map_err(|source| XdpError::bpf(&iface, "counting the possible CPUs", source))?;
-        let (prog, maps) = load_object(&iface, ifindex, kind, opts.reta_size, possible_cpus)?;
+        let settings = types::rodata {
+            bucket_mask: opts.reta_size as u32 - 1,
+            default_cpu: opts.default_cpu,
+            use_rx_hash: u32::from(kind == Kind::CountRxHash),
+        };
+        let (prog, maps) = load_object(
+            &iface,
+            ifindex,
+            kind,
+            settings,
+            opts.reta_size,
+            possible_cpus,
+        )?;
 
         let mut targets: Vec<u32> = steer.as_ref().map_or(Vec::new(), |(c, _)| c.clone());
         if kind == Kind::Steer {
@@ -87,16 +106,6 @@ impl Xdp {
             &key_table(&opts.key),
             "writing the key table",
         )?;
-        let mut config = Vec::with_capacity(16);
-        for word in [
-            opts.reta_size as u32,
-            opts.default_cpu,
-            u32::from(kind == Kind::CountRxHash),
-            0,
-        ] {
-            config.extend_from_slice(&word.to_ne_bytes());
-        }
-        xdp.update(&xdp.maps.config, 0, &config, "writing the configuration")?;
         if let Some((cpus, queue)) = steer {
             if let Some(cpumap) = &xdp.maps.cpumap {
                 xdp.fill_cpumap(cpumap, queue)?;
@@ -160,12 +169,14 @@ fn key_table(key: &RssKey) -> Vec<u8> {
     out
 }
 
-/// Opens the object, loads the one program `kind` needs, and returns its
-/// fd and map handles; libbpf's object is closed on return.
+/// Opens the object, sets its read-only globals to `settings`, loads the
+/// one program `kind` needs, and returns its fd and map handles; libbpf's
+/// object is closed on return.
 fn load_object(
     iface: &str,
     ifindex: u32,
     kind: Kind,
+    settings: types::rodata,
     reta_size: usize,
     possible_cpus: usize,
 ) -> Result<(std::os::fd::OwnedFd, Maps), XdpError> {
@@ -174,6 +185,13 @@ fn load_object(
     let mut open = RssppSkelBuilder::default()
         .open(&mut storage)
         .map_err(bpf("opening the BPF object"))?;
+    // libbpf maps a skeleton's .rodata before load; it is frozen by load.
+    let rodata = open
+        .maps
+        .rodata_data
+        .as_deref_mut()
+        .ok_or_else(|| XdpError::new(iface, XdpErrorKind::NoRodata))?;
+    *rodata = settings;
     let sizing = bpf("sizing the maps");
     open.maps
         .rsspp_reta
@@ -235,7 +253,6 @@ fn load_object(
         )
     })?;
     let maps = Maps {
-        config: MapHandle::try_from(&skel.maps.rsspp_config).map_err(&handle)?,
         key: MapHandle::try_from(&skel.maps.rsspp_key).map_err(&handle)?,
         reta: match kind {
             Kind::Steer => Some(MapHandle::try_from(&skel.maps.rsspp_reta).map_err(&handle)?),

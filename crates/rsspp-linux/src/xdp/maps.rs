@@ -11,14 +11,11 @@ use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
 use super::{Xdp, XdpError, XdpErrorKind};
 use crate::cpu::CpuList;
+// The keys of the per-CPU `rsspp_counters` map, from the C code's BTF.
+use crate::skel::types::rsspp_counter as Counter;
 
-// Indices of the per-CPU `rsspp_counters` map (`enum rsspp_counter`).
-const COUNTER_NOT_IP: usize = 0;
-const COUNTER_MALFORMED: usize = 1;
-const COUNTER_REDIRECT_FAILED: usize = 2;
-const COUNTER_RX_HASH: usize = 3;
-const COUNTER_RX_HASH_MISSING: usize = 4;
-const COUNTERS: usize = 5;
+/// Slots of `rsspp_counters`.
+const COUNTERS: usize = Counter::COUNTER_MAX.0 as usize;
 
 /// Packets kept out of the per-bucket counters, summed over CPUs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -108,12 +105,13 @@ impl Xdp {
     pub fn other_counts(&self) -> Result<OtherCounts, XdpError> {
         let mut c = [0u64; COUNTERS];
         self.percpu_sums(&self.maps.counters, &mut c, "other counters")?;
+        let at = |counter: Counter| c[counter.0 as usize];
         Ok(OtherCounts {
-            not_ip: c[COUNTER_NOT_IP],
-            malformed: c[COUNTER_MALFORMED],
-            redirect_failed: c[COUNTER_REDIRECT_FAILED],
-            rx_hash: c[COUNTER_RX_HASH],
-            rx_hash_missing: c[COUNTER_RX_HASH_MISSING],
+            not_ip: at(Counter::COUNTER_NOT_IP),
+            malformed: at(Counter::COUNTER_MALFORMED),
+            redirect_failed: at(Counter::COUNTER_REDIRECT_FAILED),
+            rx_hash: at(Counter::COUNTER_RX_HASH),
+            rx_hash_missing: at(Counter::COUNTER_RX_HASH_MISSING),
         })
     }
 

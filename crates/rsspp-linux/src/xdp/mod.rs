@@ -4,7 +4,7 @@
 //!
 //! Life cycle: [`Xdp::load`] loads one program and fills its maps (the
 //! Toeplitz key table, the CPUMAP, an `equal` indirection table) without
-//! touching the interface; [`Xdp::attach`] attaches it; the daemon reads
+//! touching the interface, its settings in the program's read-only globals; [`Xdp::attach`] attaches it; the daemon reads
 //! [`Xdp::bucket_packets`] and rewrites entries with
 //! [`Xdp::write_entries`]; [`Xdp::detach`], or dropping the [`Xdp`], puts
 //! the interface back as it was, including the program that `force`
@@ -45,7 +45,6 @@ use options::Kind;
 /// the maps live as long as the [`Xdp`], independent of libbpf's object).
 #[derive(Debug)]
 struct Maps {
-    config: MapHandle,
     key: MapHandle,
     /// Steering only.
     reta: Option<MapHandle>,
