@@ -7,7 +7,8 @@ use std::str::FromStr;
 use libbpf_rs::libbpf_sys;
 use rsspp_core::RssKey;
 
-/// Largest indirection table the programs take (`RETA_MAX` in the C code).
+/// Largest indirection table the programs take (the loader sizes the
+/// table and bucket maps, whose C definitions hold placeholders).
 pub const MAX_RETA_SIZE: usize = 65_536;
 
 /// Default length of a CPUMAP entry's queue, in frames (what xdp-tools'
