@@ -104,6 +104,10 @@ pub enum CliError {
     /// The daemon (`rsspp run`) could not start, run or stop cleanly.
     #[error(transparent)]
     Service(#[from] rsspp_linux::service::ServiceError),
+    /// A CPU list that does not parse or names an offline CPU, or the
+    /// online CPUs that cannot be read.
+    #[error(transparent)]
+    Cpu(#[from] rsspp_linux::cpu::CpuError),
 }
 
 impl CliError {

@@ -137,18 +137,15 @@ pub struct RunArgs {
 /// The options as the service's settings; a bad value is named by its
 /// option.
 fn check(args: &RunArgs) -> Result<ServiceConfig, CliError> {
-    let online = CpuList::online().map_err(|e| CliError::Invalid(e.to_string()))?;
+    let online = CpuList::online()?;
     let targets = match &args.cpus {
         Some(text) => {
-            let list: CpuList = text
-                .parse()
-                .map_err(|e: rsspp_linux::cpu::CpuError| CliError::Invalid(e.to_string()))?;
+            let list: CpuList = text.parse()?;
             if list.is_empty() {
                 return Err(CliError::Invalid("--cpus names no CPU".into()));
             }
             if args.mode == Mode::Software {
-                list.check_online(&online)
-                    .map_err(|e| CliError::Invalid(e.to_string()))?;
+                list.check_online(&online)?;
             }
             list
         }
