@@ -52,6 +52,14 @@ pub enum CpuError {
         /// What was wrong.
         why: String,
     },
+    /// A kernel file holding a CPU list that does not parse.
+    #[error("unexpected content in {}: {source}", .path.display())]
+    BadFile {
+        /// The file.
+        path: PathBuf,
+        /// Why its list was refused.
+        source: Box<CpuError>,
+    },
 }
 
 /// A set of CPUs, written the kernel's way: `0-3,6,8-9`. Kept sorted and
@@ -90,10 +98,12 @@ impl CpuList {
     pub fn online() -> Result<Self, CpuError> {
         let path = Path::new("/sys/devices/system/cpu/online");
         let text = read(path)?;
-        text.trim().parse().map_err(|e: CpuError| CpuError::Format {
-            path: path.to_path_buf(),
-            why: e.to_string(),
-        })
+        text.trim()
+            .parse()
+            .map_err(|e: CpuError| CpuError::BadFile {
+                path: path.to_path_buf(),
+                source: Box::new(e),
+            })
     }
 
     /// Checks that every CPU of the list is in `online`.

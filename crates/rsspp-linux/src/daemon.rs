@@ -11,44 +11,56 @@ use std::time::{Duration, Instant};
 
 use rsspp_core::control::ControlError;
 use rsspp_core::measure::{imbalance_ratio, load_from_busy};
+use rsspp_core::reta::RetaError;
 use rsspp_core::{ControlConfig, ControlLoop, IndirectionTable, ScalingAction};
 use tracing::{debug, info};
 
 use crate::cpu::{BusyClock, CpuError};
 
-/// A data path error, whatever layer it comes from.
-pub type DataPathError = Box<dyn std::error::Error + Send + Sync>;
-
 /// Where packets are counted and steered: the XDP program's maps (software
 /// mode) or the XDP counters plus the NIC's table (hardware mode).
 pub trait DataPath {
+    /// What reading the counters or writing the table fails with.
+    type Error: std::error::Error + Send + Sync + 'static;
+
     /// Packets counted per bucket since the start, summed over CPUs.
-    fn bucket_packets(&mut self, out: &mut [u64]) -> Result<(), DataPathError>;
+    fn bucket_packets(&mut self, out: &mut [u64]) -> Result<(), Self::Error>;
 
     /// Packets since the start per target (the `targets` of the daemon, in
     /// that order): steered to it, or received on it.
-    fn target_packets(&mut self, out: &mut [u64]) -> Result<(), DataPathError>;
+    fn target_packets(&mut self, out: &mut [u64]) -> Result<(), Self::Error>;
 
     /// Makes the data path use `table` (one target per bucket); `changed`
     /// lists the buckets that differ from the table written before.
-    fn write_table(&mut self, table: &[u32], changed: &[usize]) -> Result<(), DataPathError>;
+    fn write_table(&mut self, table: &[u32], changed: &[usize]) -> Result<(), Self::Error>;
 }
 
-/// Why a round failed.
+/// Why the daemon could not start or a round failed; `E` is the data
+/// path's error.
 #[derive(Debug, thiserror::Error)]
-pub enum DaemonError {
+pub enum DaemonError<E> {
     /// The counters could not be read.
     #[error("reading the packet counters: {0}")]
-    Counters(DataPathError),
+    Counters(#[source] E),
     /// The table could not be written; the previous one is still in use.
     #[error("writing the indirection table: {0}")]
-    Table(String),
+    Table(#[source] E),
     /// The CPUs' busy time could not be read.
     #[error(transparent)]
     Busy(#[from] CpuError),
-    /// The settings do not fit together.
-    #[error("{0}")]
-    Config(String),
+    /// No target to spread the buckets over.
+    #[error("no CPU to balance over")]
+    NoTargets,
+    /// The first table cannot be built (a size that is not a power of two).
+    #[error(transparent)]
+    Reta(#[from] RetaError),
+    /// The rebalancer refused the round's measurements.
+    #[error("rebalancer: {0}")]
+    Rebalance(#[source] ControlError),
+    /// A commit or abandon the control loop refused: the daemon drives it
+    /// wrongly.
+    #[error("control loop: {0}")]
+    Control(#[source] ControlError),
 }
 
 /// The daemon's settings.
@@ -149,12 +161,6 @@ fn delta(now: u64, before: u64) -> u64 {
     now.checked_sub(before).unwrap_or(now)
 }
 
-/// A commit or abandon the control loop refused: the daemon drives it
-/// wrongly.
-fn control_bug(e: ControlError) -> DaemonError {
-    DaemonError::Config(format!("control loop: {e}"))
-}
-
 impl<D: DataPath, B: BusyClock> Daemon<D, B> {
     /// A daemon over `datapath`, whose table is the `equal` one over the
     /// targets (bucket i → targets[i mod n]), written now. The counters
@@ -165,18 +171,17 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
         mut datapath: D,
         mut clock: B,
         now: Duration,
-    ) -> Result<Self, DaemonError> {
+    ) -> Result<Self, DaemonError<D::Error>> {
         let n = config.targets.len();
         if n == 0 {
-            return Err(DaemonError::Config("no CPU to balance over".into()));
+            return Err(DaemonError::NoTargets);
         }
-        let table = IndirectionTable::equal(config.reta_size, n)
-            .map_err(|e| DaemonError::Config(e.to_string()))?;
+        let table = IndirectionTable::equal(config.reta_size, n)?;
         let written = in_targets(&table, &config.targets);
         let all: Vec<usize> = (0..written.len()).collect();
         datapath
             .write_table(&written, &all)
-            .map_err(|e| DaemonError::Table(e.to_string()))?;
+            .map_err(DaemonError::Table)?;
         let mut last_buckets = vec![0; config.reta_size];
         datapath
             .bucket_packets(&mut last_buckets)
@@ -254,7 +259,7 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
 
     /// Runs the round due at `now`: measures the interval since the last
     /// round, rebalances, and writes the moved buckets.
-    pub fn round(&mut self, now: Duration) -> Result<Round, DaemonError> {
+    pub fn round(&mut self, now: Duration) -> Result<Round, DaemonError<D::Error>> {
         let n = self.config.targets.len();
         let interval = now
             .saturating_sub(self.last_at)
@@ -317,7 +322,7 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
             let tick = self
                 .control
                 .tick(now, &self.table, &bucket_packets, &load)
-                .map_err(|e| DaemonError::Config(format!("rebalancer: {e}")))?;
+                .map_err(DaemonError::Rebalance)?;
             solve = started.elapsed();
             scaling = tick.outcome.scaling;
             self.next = now + tick.next_interval;
@@ -329,11 +334,11 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
                     // The data path kept the old table, which is still in
                     // use: the loop forgets the plan and tries again next
                     // round.
-                    self.control.abandon(now).map_err(control_bug)?;
+                    self.control.abandon(now).map_err(DaemonError::Control)?;
                     self.next = self.control.next_deadline();
-                    return Err(DaemonError::Table(e.to_string()));
+                    return Err(DaemonError::Table(e));
                 }
-                self.control.commit().map_err(control_bug)?;
+                self.control.commit().map_err(DaemonError::Control)?;
                 self.table = tick.outcome.table.clone();
                 self.written = table;
                 for m in &plan.moves {
@@ -437,25 +442,32 @@ mod tests {
     /// The daemon's handle on the machine (its data path and its clock).
     struct Handle(Rc<RefCell<FakeMachine>>);
 
+    /// The machine refused a table.
+    #[derive(Debug, PartialEq, thiserror::Error)]
+    #[error("device busy")]
+    struct Busy;
+
     impl DataPath for Handle {
-        fn bucket_packets(&mut self, out: &mut [u64]) -> Result<(), DataPathError> {
+        type Error = Busy;
+
+        fn bucket_packets(&mut self, out: &mut [u64]) -> Result<(), Busy> {
             for (o, &b) in out.iter_mut().zip(&self.0.borrow().buckets) {
                 *o = b as u64;
             }
             Ok(())
         }
 
-        fn target_packets(&mut self, out: &mut [u64]) -> Result<(), DataPathError> {
+        fn target_packets(&mut self, out: &mut [u64]) -> Result<(), Busy> {
             for (o, &t) in out.iter_mut().zip(&self.0.borrow().per_target) {
                 *o = t as u64;
             }
             Ok(())
         }
 
-        fn write_table(&mut self, table: &[u32], changed: &[usize]) -> Result<(), DataPathError> {
+        fn write_table(&mut self, table: &[u32], changed: &[usize]) -> Result<(), Busy> {
             let mut m = self.0.borrow_mut();
             if m.refuse {
-                return Err("device busy".into());
+                return Err(Busy);
             }
             for &b in changed {
                 m.table[b] = table[b];
@@ -479,7 +491,10 @@ mod tests {
 
     type FakeDaemon = Daemon<Handle, Handle>;
 
-    fn start(machine: &Rc<RefCell<FakeMachine>>, balance: bool) -> Result<FakeDaemon, DaemonError> {
+    fn start(
+        machine: &Rc<RefCell<FakeMachine>>,
+        balance: bool,
+    ) -> Result<FakeDaemon, DaemonError<Busy>> {
         start_with(machine, balance, LoadModel::Measured)
     }
 
@@ -487,7 +502,7 @@ mod tests {
         machine: &Rc<RefCell<FakeMachine>>,
         balance: bool,
         load: LoadModel,
-    ) -> Result<FakeDaemon, DaemonError> {
+    ) -> Result<FakeDaemon, DaemonError<Busy>> {
         let config = DaemonConfig {
             targets: machine.borrow().targets.clone(),
             reta_size: 128,
@@ -504,7 +519,10 @@ mod tests {
     }
 
     /// Advances the machine to the next round and runs it.
-    fn step(d: &mut FakeDaemon, machine: &Rc<RefCell<FakeMachine>>) -> Result<Round, DaemonError> {
+    fn step(
+        d: &mut FakeDaemon,
+        machine: &Rc<RefCell<FakeMachine>>,
+    ) -> Result<Round, DaemonError<Busy>> {
         let t = d.next_round();
         machine.borrow_mut().advance(t.as_secs_f64());
         d.round(t)
@@ -572,7 +590,8 @@ mod tests {
         m.borrow_mut().refuse = true;
         let before = d.table().to_vec();
         let e = step(&mut d, &m).unwrap_err();
-        assert!(e.to_string().contains("device busy"), "{e}");
+        assert!(matches!(e, DaemonError::Table(Busy)), "{e}");
+        assert_eq!(e.to_string(), "writing the indirection table: device busy");
         assert_eq!(d.table(), before.as_slice());
         assert_eq!(d.migrations(), 0);
         m.borrow_mut().refuse = false;
@@ -603,7 +622,7 @@ mod tests {
     #[test]
     fn bad_settings_are_refused() {
         let m = FakeMachine::new(&[], vec![0.0; 128]);
-        assert!(matches!(start(&m, true), Err(DaemonError::Config(_))));
+        assert!(matches!(start(&m, true), Err(DaemonError::NoTargets)));
         let m = FakeMachine::new(&[0], vec![0.0; 100]);
         let config = DaemonConfig {
             targets: vec![0],
@@ -615,6 +634,7 @@ mod tests {
         let e = Daemon::start(config, Handle(Rc::clone(&m)), Handle(m), Duration::ZERO)
             .err()
             .unwrap();
+        assert!(matches!(e, DaemonError::Reta(_)), "{e}");
         assert!(e.to_string().contains("power of two"), "{e}");
     }
 }

@@ -9,7 +9,7 @@
 //!   by CPU `q` (the usual one-to-one IRQ affinity); its packets are those
 //!   counted on CPU `q`.
 
-use crate::daemon::{DataPath, DataPathError};
+use crate::daemon::DataPath;
 use crate::ethtool::{EthtoolError, RssDevice};
 use crate::xdp::{Xdp, XdpError};
 
@@ -52,25 +52,27 @@ fn pick(per_cpu: &[u64], cpus: &[u32], out: &mut [u64]) {
 }
 
 impl DataPath for SoftwarePath {
-    fn bucket_packets(&mut self, out: &mut [u64]) -> Result<(), DataPathError> {
-        Ok(self.xdp.bucket_packets(out)?)
+    type Error = XdpError;
+
+    fn bucket_packets(&mut self, out: &mut [u64]) -> Result<(), XdpError> {
+        self.xdp.bucket_packets(out)
     }
 
-    fn target_packets(&mut self, out: &mut [u64]) -> Result<(), DataPathError> {
+    fn target_packets(&mut self, out: &mut [u64]) -> Result<(), XdpError> {
         self.xdp.cpu_packets(&mut self.per_cpu)?;
         pick(&self.per_cpu, &self.cpus, out);
         Ok(())
     }
 
-    fn write_table(&mut self, table: &[u32], changed: &[usize]) -> Result<(), DataPathError> {
+    fn write_table(&mut self, table: &[u32], changed: &[usize]) -> Result<(), XdpError> {
         self.entries.clear();
         self.entries.extend(changed.iter().map(|&b| (b, table[b])));
-        self.xdp.write_entries(&self.entries)?;
-        Ok(())
+        self.xdp.write_entries(&self.entries)
     }
 }
 
-/// Why the hardware path could not start.
+/// What the hardware path fails with: starting, reading the counters,
+/// writing the NIC's table.
 #[derive(Debug, thiserror::Error)]
 pub enum HardwareError {
     /// The NIC's table could not be read or written.
@@ -106,14 +108,7 @@ impl<N: RssDevice> HardwarePath<N> {
     /// `queues`) with the counting program `xdp`; remembers the NIC's table
     /// to put it back.
     pub fn new(xdp: Xdp, mut nic: N, queues: Vec<u32>) -> Result<Self, HardwareError> {
-        let rx = nic.rx_queues()?;
-        if let Some(&queue) = queues.iter().find(|&&q| q >= rx) {
-            return Err(HardwareError::NoQueue {
-                iface: nic.name().to_string(),
-                queue,
-                queues: rx,
-            });
-        }
+        Self::check_queues(&mut nic, &queues)?;
         let original = nic.rss()?.indirection;
         let per_cpu = vec![0; xdp.possible_cpus()];
         Ok(Self {
@@ -123,6 +118,20 @@ impl<N: RssDevice> HardwarePath<N> {
             original,
             per_cpu,
         })
+    }
+
+    /// Checks that the NIC has every queue of `queues` (before anything
+    /// is attached to it).
+    pub fn check_queues(nic: &mut N, queues: &[u32]) -> Result<(), HardwareError> {
+        let rx = nic.rx_queues()?;
+        match queues.iter().find(|&&q| q >= rx) {
+            Some(&queue) => Err(HardwareError::NoQueue {
+                iface: nic.name().to_string(),
+                queue,
+                queues: rx,
+            }),
+            None => Ok(()),
+        }
     }
 
     /// The NIC's table before the daemon started.
@@ -149,17 +158,19 @@ impl<N: RssDevice> HardwarePath<N> {
 }
 
 impl<N: RssDevice> DataPath for HardwarePath<N> {
-    fn bucket_packets(&mut self, out: &mut [u64]) -> Result<(), DataPathError> {
+    type Error = HardwareError;
+
+    fn bucket_packets(&mut self, out: &mut [u64]) -> Result<(), HardwareError> {
         Ok(self.xdp.bucket_packets(out)?)
     }
 
-    fn target_packets(&mut self, out: &mut [u64]) -> Result<(), DataPathError> {
+    fn target_packets(&mut self, out: &mut [u64]) -> Result<(), HardwareError> {
         self.xdp.cpu_packets(&mut self.per_cpu)?;
         pick(&self.per_cpu, &self.queues, out);
         Ok(())
     }
 
-    fn write_table(&mut self, table: &[u32], _changed: &[usize]) -> Result<(), DataPathError> {
+    fn write_table(&mut self, table: &[u32], _changed: &[usize]) -> Result<(), HardwareError> {
         // The ioctl replaces the whole table at once.
         Ok(self.nic.set_indirection(table)?)
     }

@@ -101,6 +101,13 @@ pub enum CliError {
     /// Standard output was closed by the reader (e.g. `| head`): stop quietly.
     #[error("broken pipe")]
     BrokenPipe,
+    /// The daemon (`rsspp run`) could not start, run or stop cleanly.
+    #[error(transparent)]
+    Service(#[from] rsspp_linux::service::ServiceError),
+    /// A CPU list that does not parse or names an offline CPU, or the
+    /// online CPUs that cannot be read.
+    #[error(transparent)]
+    Cpu(#[from] rsspp_linux::cpu::CpuError),
 }
 
 impl CliError {

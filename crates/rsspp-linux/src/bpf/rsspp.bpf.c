@@ -12,23 +12,22 @@
  *                    lives apart from xdp_rsspp_count, which stays loadable
  *                    anywhere and testable with BPF_PROG_TEST_RUN.
  *
- * The loader (src/xdp.rs) fills the maps; the layouts below are mirrored
- * there.
+ * The loader (src/xdp/load.rs) sets the read-only globals below through
+ * the skeleton before loading, sizes the maps and fills them. The Rust
+ * side reads the counter indices and the key table's layout from the
+ * skeleton's types (this object's BTF): they are defined here only.
  */
 #include "parse.h"
 #include "toeplitz.h"
 
-/* Largest indirection table (the loader sizes the maps to the real one). */
-#define RETA_MAX 65536
+/* Settings, in .rodata: set before load and frozen, so the verifier and
+ * the JIT see constants rather than a map lookup per packet. */
+const volatile __u32 bucket_mask = 0; /* table size - 1, a power of two - 1 */
+const volatile __u32 default_cpu = 0; /* where frames without a hash go */
+const volatile __u32 use_rx_hash = 0; /* xdp_rsspp_rxh: the NIC's hash */
 
-struct rsspp_config {
-	__u32 table_size;  /* power of two: bucket = hash & (table_size - 1) */
-	__u32 default_cpu; /* where frames without a hash go (steering) */
-	__u32 use_rx_hash; /* xdp_rsspp_rxh: take the NIC's hash if it has one */
-	__u32 reserved;
-};
-
-/* Per-CPU counters of the packets kept out of the buckets. */
+/* Per-CPU counters of the packets kept out of the buckets; the key type
+ * of rsspp_counters, which puts the enum in the BTF the skeleton exposes. */
 enum rsspp_counter {
 	COUNTER_NOT_IP = 0,	     /* ARP, LLDP, ... */
 	COUNTER_MALFORMED = 1,	     /* truncated or invalid headers */
@@ -38,13 +37,6 @@ enum rsspp_counter {
 	COUNTER_MAX = 5,
 };
 
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct rsspp_config);
-} rsspp_config SEC(".maps");
-
 /* One value: the 36 x 256 table of the key (see toeplitz.h). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -53,18 +45,20 @@ struct {
 	__type(value, struct key_table);
 } rsspp_key SEC(".maps");
 
-/* The indirection table: bucket -> CPU. */
+/* The indirection table: bucket -> CPU. Sized by the loader to the table
+ * (at most MAX_RETA_SIZE in src/xdp/options.rs), as are rsspp_buckets,
+ * and rsspp_cpumap and rsspp_cpus to the possible CPUs. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, RETA_MAX);
+	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, __u32);
 } rsspp_reta SEC(".maps");
 
-/* CPU -> its kthread's queue; sized to the possible CPUs by the loader. */
+/* CPU -> its kthread's queue. */
 struct {
 	__uint(type, BPF_MAP_TYPE_CPUMAP);
-	__uint(max_entries, 64);
+	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, struct bpf_cpumap_val);
 } rsspp_cpumap SEC(".maps");
@@ -72,7 +66,7 @@ struct {
 /* Packets per bucket, per CPU so that no increment is atomic. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, RETA_MAX);
+	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, __u64);
 } rsspp_buckets SEC(".maps");
@@ -80,7 +74,7 @@ struct {
 /* Packets steered to (steer) or counted on (count) each CPU. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 64);
+	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, __u64);
 } rsspp_cpus SEC(".maps");
@@ -88,7 +82,7 @@ struct {
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, COUNTER_MAX);
-	__type(key, __u32);
+	__type(key, enum rsspp_counter);
 	__type(value, __u64);
 } rsspp_counters SEC(".maps");
 
@@ -117,27 +111,25 @@ static __always_inline void count_unhashed(int res)
 SEC("xdp")
 int xdp_rsspp_steer(struct xdp_md *ctx)
 {
-	const struct rsspp_config *cfg;
 	const struct key_table *t;
 	struct flow_input f;
 	__u32 zero = 0, cpu, bucket, *entry;
 	long action;
 	int res;
 
-	cfg = bpf_map_lookup_elem(&rsspp_config, &zero);
 	t = bpf_map_lookup_elem(&rsspp_key, &zero);
-	if (!cfg || !t) /* cannot happen: index 0 of an array */
+	if (!t) /* cannot happen: index 0 of an array */
 		return XDP_PASS;
 
 	res = parse_flow(ctx, &f);
 	if (res == PARSE_IP) {
-		bucket = toeplitz_flow(t, &f) & (cfg->table_size - 1);
+		bucket = toeplitz_flow(t, &f) & bucket_mask;
 		count(&rsspp_buckets, bucket);
 		entry = bpf_map_lookup_elem(&rsspp_reta, &bucket);
-		cpu = entry ? *entry : cfg->default_cpu;
+		cpu = entry ? *entry : default_cpu;
 	} else {
 		count_unhashed(res);
-		cpu = cfg->default_cpu;
+		cpu = default_cpu;
 	}
 
 	/* With XDP_PASS in the flags the helper returns XDP_PASS instead of
@@ -154,7 +146,6 @@ int xdp_rsspp_steer(struct xdp_md *ctx)
 
 /* The counting path both hardware-mode programs share. */
 static __always_inline int count_packet(struct xdp_md *ctx,
-					const struct rsspp_config *cfg,
 					const struct key_table *t,
 					int have_nic_hash, __u32 nic_hash)
 {
@@ -167,7 +158,7 @@ static __always_inline int count_packet(struct xdp_md *ctx,
 	res = parse_flow(ctx, &f);
 	if (res == PARSE_IP) {
 		hash = have_nic_hash ? nic_hash : toeplitz_flow(t, &f);
-		count(&rsspp_buckets, hash & (cfg->table_size - 1));
+		count(&rsspp_buckets, hash & bucket_mask);
 	} else {
 		count_unhashed(res);
 	}
@@ -179,38 +170,34 @@ static __always_inline int count_packet(struct xdp_md *ctx,
 SEC("xdp")
 int xdp_rsspp_count(struct xdp_md *ctx)
 {
-	const struct rsspp_config *cfg;
 	const struct key_table *t;
 	__u32 zero = 0;
 
-	cfg = bpf_map_lookup_elem(&rsspp_config, &zero);
 	t = bpf_map_lookup_elem(&rsspp_key, &zero);
-	if (!cfg || !t)
+	if (!t)
 		return XDP_PASS;
-	return count_packet(ctx, cfg, t, 0, 0);
+	return count_packet(ctx, t, 0, 0);
 }
 
 SEC("xdp")
 int xdp_rsspp_rxh(struct xdp_md *ctx)
 {
-	const struct rsspp_config *cfg;
 	const struct key_table *t;
 	enum xdp_rss_hash_type type;
 	__u32 zero = 0, nic_hash = 0;
 	int have = 0;
 
-	cfg = bpf_map_lookup_elem(&rsspp_config, &zero);
 	t = bpf_map_lookup_elem(&rsspp_key, &zero);
-	if (!cfg || !t)
+	if (!t)
 		return XDP_PASS;
-	if (cfg->use_rx_hash && bpf_ksym_exists(bpf_xdp_metadata_rx_hash)) {
+	if (use_rx_hash && bpf_ksym_exists(bpf_xdp_metadata_rx_hash)) {
 		/* Fails (-ENODATA, -EOPNOTSUPP) when the driver or this
 		 * packet has no hash: fall back to the Toeplitz hash. */
 		have = bpf_xdp_metadata_rx_hash(ctx, &nic_hash, &type) == 0;
 		count(&rsspp_counters,
 		      have ? COUNTER_RX_HASH : COUNTER_RX_HASH_MISSING);
 	}
-	return count_packet(ctx, cfg, t, have, nic_hash);
+	return count_packet(ctx, t, have, nic_hash);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -1,0 +1,319 @@
+//! Loading: the BPF object opened through its skeleton, its settings
+//! written to its read-only globals (`.rodata`, frozen at load: the
+//! verifier and the JIT see constants), its maps sized, the one program
+//! asked for loaded, and its maps filled (the Toeplitz key table, the
+//! CPUMAP, an `equal` indirection table).
+
+use std::ffi::CString;
+use std::io;
+use std::mem::MaybeUninit;
+use std::os::fd::AsFd;
+
+use libbpf_rs::libbpf_sys;
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{ErrorKind, MapHandle, MapType, ProgramType};
+use rsspp_core::flow::MAX_HASH_INPUT;
+use rsspp_core::{RssKey, Toeplitz};
+
+use super::{
+    AttachMode, Kind, Maps, Program, Xdp, XdpError, XdpErrorKind, XdpOptions, MAX_CPUMAP_QUEUE,
+    MAX_RETA_SIZE,
+};
+use crate::cpu::CpuList;
+use crate::skel::{types, RssppSkelBuilder};
+
+// The key table's layout comes from the C code (`struct key_table`): one
+// row of 256 words per input byte, as many rows as the core crate's
+// longest hash input.
+const _: () = assert!(std::mem::size_of::<types::key_table>() == MAX_HASH_INPUT * 256 * 4);
+
+impl Xdp {
+    /// Loads `program` for `opts.iface` and fills its maps; attaches
+    /// nothing (see [`Xdp::attach`]).
+    pub fn load(opts: &XdpOptions, program: Program) -> Result<Xdp, XdpError> {
+        route_libbpf_logs();
+        let iface = opts.iface.clone();
+        let refuse = |kind| Err(XdpError::new(&iface, kind));
+        if !opts.reta_size.is_power_of_two() || opts.reta_size > MAX_RETA_SIZE {
+            return refuse(XdpErrorKind::TableSize(opts.reta_size));
+        }
+        let (kind, steer) = match program {
+            Program::Steer { cpus, cpumap_queue } => {
+                if cpus.is_empty() {
+                    return refuse(XdpErrorKind::NoCpus);
+                }
+                if cpumap_queue == 0 || cpumap_queue > MAX_CPUMAP_QUEUE {
+                    return refuse(XdpErrorKind::QueueSize(cpumap_queue));
+                }
+                let online = CpuList::online().map_err(|e| XdpError::new(&iface, e.into()))?;
+                for &cpu in cpus.iter().chain([&opts.default_cpu]) {
+                    if online.cpus().binary_search(&cpu).is_err() {
+                        return refuse(XdpErrorKind::CpuOffline {
+                            cpu,
+                            online: online.to_string(),
+                        });
+                    }
+                }
+                (Kind::Steer, Some((cpus, cpumap_queue)))
+            }
+            Program::Count { rx_hash: false } => (Kind::Count, None),
+            Program::Count { rx_hash: true } => {
+                if opts.attach == AttachMode::Skb {
+                    return refuse(XdpErrorKind::RxHashNeedsNative);
+                }
+                (Kind::CountRxHash, None)
+            }
+        };
+        let ifindex = ifindex_of(&iface)?;
+        let possible_cpus = libbpf_rs::num_possible_cpus()
+            .map_err(|source| XdpError::bpf(&iface, "counting the possible CPUs", source))?;
+        let settings = types::rodata {
+            bucket_mask: opts.reta_size as u32 - 1,
+            default_cpu: opts.default_cpu,
+            use_rx_hash: u32::from(kind == Kind::CountRxHash),
+        };
+        let (prog, maps) = load_object(
+            &iface,
+            ifindex,
+            kind,
+            settings,
+            opts.reta_size,
+            possible_cpus,
+        )?;
+
+        let mut targets: Vec<u32> = steer.as_ref().map_or(Vec::new(), |(c, _)| c.clone());
+        if kind == Kind::Steer {
+            targets.push(opts.default_cpu);
+        }
+        targets.sort_unstable();
+        targets.dedup();
+        let xdp = Xdp {
+            iface,
+            ifindex,
+            mode: opts.attach,
+            force: opts.force,
+            kind,
+            reta_size: opts.reta_size,
+            possible_cpus,
+            targets,
+            prog,
+            maps,
+            attached: None,
+        };
+        xdp.update(
+            &xdp.maps.key,
+            0,
+            &key_table(&opts.key),
+            "writing the key table",
+        )?;
+        if let Some((cpus, queue)) = steer {
+            if let Some(cpumap) = &xdp.maps.cpumap {
+                xdp.fill_cpumap(cpumap, queue)?;
+            }
+            let table: Vec<u32> = (0..opts.reta_size).map(|i| cpus[i % cpus.len()]).collect();
+            xdp.write_table(&table)?;
+        }
+        Ok(xdp)
+    }
+
+    /// One CPUMAP entry per steering CPU; no program runs on the remote
+    /// CPU (the bpf_prog fd of `struct bpf_cpumap_val` stays 0).
+    fn fill_cpumap(&self, cpumap: &MapHandle, queue: u32) -> Result<(), XdpError> {
+        let mut value = [0u8; 8];
+        value[..4].copy_from_slice(&queue.to_ne_bytes());
+        for &cpu in &self.targets {
+            self.update(cpumap, cpu, &value, "adding a CPU to the CPUMAP")?;
+        }
+        Ok(())
+    }
+}
+
+/// Sends libbpf's own messages to the `tracing` logs (debug level): the
+/// errors that matter come back as [`XdpError`]s, which say what to do; its
+/// raw lines on stderr would only repeat them in libbpf's words.
+fn route_libbpf_logs() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        fn log(level: libbpf_rs::PrintLevel, message: String) {
+            tracing::debug!(target: "libbpf", ?level, "{}", message.trim_end());
+        }
+        libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Debug, log)));
+    });
+}
+
+/// The interface's index in the calling thread's network namespace.
+fn ifindex_of(iface: &str) -> Result<u32, XdpError> {
+    let unknown = || XdpError::new(iface, XdpErrorKind::UnknownInterface);
+    let name = CString::new(iface).map_err(|_| unknown())?;
+    // SAFETY: `name` is a valid NUL-terminated string.
+    match unsafe { libc::if_nametoindex(name.as_ptr()) } {
+        0 => Err(unknown()),
+        index => Ok(index),
+    }
+}
+
+/// The Toeplitz contribution of every byte value at every input position
+/// (the BPF `struct key_table`): by linearity, the hash of `v` preceded by
+/// `i` zero bytes.
+fn key_table(key: &RssKey) -> Vec<u8> {
+    let t = Toeplitz::new(key.clone());
+    let mut input = [0u8; MAX_HASH_INPUT];
+    let mut out = Vec::with_capacity(MAX_HASH_INPUT * 256 * 4);
+    for pos in 0..MAX_HASH_INPUT {
+        for v in 0..=255u8 {
+            input[pos] = v;
+            out.extend_from_slice(&t.hash(&input[..=pos]).to_ne_bytes());
+        }
+        input[pos] = 0;
+    }
+    out
+}
+
+/// Opens the object, sets its read-only globals to `settings`, loads the
+/// one program `kind` needs, and returns its fd and map handles; libbpf's
+/// object is closed on return.
+fn load_object(
+    iface: &str,
+    ifindex: u32,
+    kind: Kind,
+    settings: types::rodata,
+    reta_size: usize,
+    possible_cpus: usize,
+) -> Result<(std::os::fd::OwnedFd, Maps), XdpError> {
+    let bpf = |what: &'static str| move |source| XdpError::bpf(iface, what, source);
+    let mut storage = MaybeUninit::uninit();
+    let mut open = RssppSkelBuilder::default()
+        .open(&mut storage)
+        .map_err(bpf("opening the BPF object"))?;
+    // libbpf maps a skeleton's .rodata before load; it is frozen by load.
+    let rodata = open
+        .maps
+        .rodata_data
+        .as_deref_mut()
+        .ok_or_else(|| XdpError::new(iface, XdpErrorKind::NoRodata))?;
+    *rodata = settings;
+    let sizing = bpf("sizing the maps");
+    open.maps
+        .rsspp_reta
+        .set_max_entries(reta_size as u32)
+        .map_err(&sizing)?;
+    open.maps
+        .rsspp_buckets
+        .set_max_entries(reta_size as u32)
+        .map_err(&sizing)?;
+    open.maps
+        .rsspp_cpumap
+        .set_max_entries(possible_cpus as u32)
+        .map_err(&sizing)?;
+    open.maps
+        .rsspp_cpus
+        .set_max_entries(possible_cpus as u32)
+        .map_err(&sizing)?;
+    if kind != Kind::Steer {
+        // Only the steering program uses them.
+        open.maps
+            .rsspp_reta
+            .set_autocreate(false)
+            .map_err(&sizing)?;
+        open.maps
+            .rsspp_cpumap
+            .set_autocreate(false)
+            .map_err(&sizing)?;
+    }
+    open.progs.xdp_rsspp_steer.set_autoload(kind == Kind::Steer);
+    open.progs.xdp_rsspp_count.set_autoload(kind == Kind::Count);
+    open.progs
+        .xdp_rsspp_rxh
+        .set_autoload(kind == Kind::CountRxHash);
+    if kind == Kind::CountRxHash {
+        // The kfunc's driver implementation is resolved at load time, for
+        // this device only.
+        open.progs.xdp_rsspp_rxh.set_ifindex(ifindex);
+        open.progs
+            .xdp_rsspp_rxh
+            .set_flags(libbpf_sys::BPF_F_XDP_DEV_BOUND_ONLY);
+    }
+    let skel = open
+        .load()
+        .map_err(|source| load_error(iface, kind, source))?;
+
+    let handle = bpf("taking a map handle");
+    let prog = match kind {
+        Kind::Steer => &skel.progs.xdp_rsspp_steer,
+        Kind::Count => &skel.progs.xdp_rsspp_count,
+        Kind::CountRxHash => &skel.progs.xdp_rsspp_rxh,
+    };
+    let prog = prog.as_fd().try_clone_to_owned().map_err(|source| {
+        XdpError::new(
+            iface,
+            XdpErrorKind::Os {
+                what: "duplicating the program fd",
+                source,
+            },
+        )
+    })?;
+    let maps = Maps {
+        key: MapHandle::try_from(&skel.maps.rsspp_key).map_err(&handle)?,
+        reta: match kind {
+            Kind::Steer => Some(MapHandle::try_from(&skel.maps.rsspp_reta).map_err(&handle)?),
+            _ => None,
+        },
+        cpumap: match kind {
+            Kind::Steer => Some(MapHandle::try_from(&skel.maps.rsspp_cpumap).map_err(&handle)?),
+            _ => None,
+        },
+        buckets: MapHandle::try_from(&skel.maps.rsspp_buckets).map_err(&handle)?,
+        cpus: MapHandle::try_from(&skel.maps.rsspp_cpus).map_err(&handle)?,
+        counters: MapHandle::try_from(&skel.maps.rsspp_counters).map_err(&handle)?,
+    };
+    Ok((prog, maps))
+}
+
+/// Names the cause of a failed load: privileges, a kernel without XDP or
+/// CPUMAP, a device that cannot take a bound program.
+fn load_error(iface: &str, kind: Kind, source: libbpf_rs::Error) -> XdpError {
+    let what = "loading the XDP program";
+    let kind = if source.kind() == ErrorKind::PermissionDenied {
+        XdpErrorKind::Permission {
+            what,
+            source: io::Error::new(io::ErrorKind::PermissionDenied, source),
+        }
+    } else if !ProgramType::Xdp.is_supported().unwrap_or(true) {
+        XdpErrorKind::Unsupported { feature: "XDP" }
+    } else if kind == Kind::Steer && !MapType::Cpumap.is_supported().unwrap_or(true) {
+        XdpErrorKind::Unsupported { feature: "CPUMAP" }
+    } else if kind == Kind::CountRxHash {
+        XdpErrorKind::RxHashUnsupported(source)
+    } else {
+        XdpErrorKind::Bpf { what, source }
+    };
+    XdpError::new(iface, kind)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rsspp_core::toeplitz::hash_reference;
+
+    #[test]
+    fn key_table_holds_each_byte_contribution() {
+        for key in [
+            RssKey::microsoft(),
+            RssKey::new((0..40u32).map(|i| (i * 37 + 11) as u8).collect::<Vec<u8>>()).unwrap(),
+        ] {
+            let table = key_table(&key);
+            assert_eq!(table.len(), MAX_HASH_INPUT * 256 * 4);
+            let word = |pos: usize, v: usize| {
+                let i = (pos * 256 + v) * 4;
+                u32::from_ne_bytes(table[i..i + 4].try_into().unwrap())
+            };
+            for pos in [0, 1, 7, 8, 31, 35] {
+                for v in [0usize, 1, 0x80, 0xa5, 0xff] {
+                    let mut input = vec![0u8; pos + 1];
+                    input[pos] = v as u8;
+                    assert_eq!(word(pos, v), hash_reference(&key, &input), "{pos} {v}");
+                }
+            }
+        }
+    }
+}

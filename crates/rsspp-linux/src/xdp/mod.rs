@@ -1,0 +1,152 @@
+//! The XDP programs of `src/bpf/rsspp.bpf.c`: loading, attaching, the
+//! indirection table and the counters. This module is the crate's only
+//! caller of libbpf.
+//!
+//! Life cycle: [`Xdp::load`] writes the program's settings to its
+//! read-only globals, loads it and fills its maps (the Toeplitz key table,
+//! the CPUMAP, an `equal` indirection table) without touching the
+//! interface; [`Xdp::attach`] attaches it; the daemon reads
+//! [`Xdp::bucket_packets`] and rewrites entries with
+//! [`Xdp::write_entries`]; [`Xdp::detach`], or dropping the [`Xdp`], puts
+//! the interface back as it was, including the program that `force`
+//! replaced.
+//!
+//! One file per concern: `options` (attach modes, what to load), `error`,
+//! `load` (the object, its settings and maps), `attach` (netlink attach
+//! and detach), `maps` (the table and the per-CPU counters, read and
+//! written in batches), `test_run` (`BPF_PROG_TEST_RUN`).
+//!
+//! The interface index is resolved, and the netlink calls made, in the
+//! network namespace of the calling thread: load, attach and detach from
+//! the same namespace.
+
+mod attach;
+mod error;
+mod load;
+mod maps;
+mod options;
+mod test_run;
+
+use std::os::fd::{AsFd, OwnedFd};
+
+use libbpf_rs::{MapCore, MapHandle};
+
+pub use error::{XdpError, XdpErrorKind};
+pub use maps::OtherCounts;
+pub use options::{
+    AttachMode, BadAttachMode, Program, XdpOptions, DEFAULT_CPUMAP_QUEUE, MAX_CPUMAP_QUEUE,
+    MAX_RETA_SIZE,
+};
+pub use test_run::{TestRun, XdpAction};
+
+use attach::Attachment;
+use options::Kind;
+
+/// Handles on the maps a loaded program uses (each holds its own fd, so
+/// the maps live as long as the [`Xdp`], independent of libbpf's object).
+#[derive(Debug)]
+struct Maps {
+    key: MapHandle,
+    /// Steering only.
+    reta: Option<MapHandle>,
+    /// Steering only.
+    cpumap: Option<MapHandle>,
+    buckets: MapHandle,
+    cpus: MapHandle,
+    counters: MapHandle,
+}
+
+/// A loaded rsspp XDP program with its maps.
+#[derive(Debug)]
+pub struct Xdp {
+    iface: String,
+    ifindex: u32,
+    mode: AttachMode,
+    force: bool,
+    kind: Kind,
+    reta_size: usize,
+    possible_cpus: usize,
+    /// CPUs with a CPUMAP entry, sorted: the only ones a table may name.
+    targets: Vec<u32>,
+    prog: OwnedFd,
+    maps: Maps,
+    attached: Option<Attachment>,
+}
+
+impl Xdp {
+    /// The kernel's id of the steering program's CPUMAP, whose threads
+    /// are named `cpumap/<cpu>/map:<id>`; `None` for the counting programs.
+    pub fn cpumap_id(&self) -> Result<Option<u32>, XdpError> {
+        let Some(map) = &self.maps.cpumap else {
+            return Ok(None);
+        };
+        map.info()
+            .map(|info| Some(info.info.id))
+            .map_err(|source| self.bpf_error("reading the CPUMAP's id", source))
+    }
+
+    /// The kernel's id of the loaded program (as `bpftool prog` and
+    /// `ip link` show it).
+    pub fn program_id(&self) -> u32 {
+        libbpf_rs::Program::id_from_fd(self.prog.as_fd()).unwrap_or(0)
+    }
+
+    /// Whether the program is attached (by this [`Xdp`]).
+    pub fn is_attached(&self) -> bool {
+        self.attached.is_some()
+    }
+
+    /// The interface name.
+    pub fn iface(&self) -> &str {
+        &self.iface
+    }
+
+    /// The interface index (in the namespace it was loaded from).
+    pub fn ifindex(&self) -> u32 {
+        self.ifindex
+    }
+
+    /// The attach mode.
+    pub fn mode(&self) -> AttachMode {
+        self.mode
+    }
+
+    /// The indirection-table size.
+    pub fn reta_size(&self) -> usize {
+        self.reta_size
+    }
+
+    /// Number of possible CPUs: the length [`Xdp::cpu_packets`] wants.
+    pub fn possible_cpus(&self) -> usize {
+        self.possible_cpus
+    }
+
+    /// The CPUs a table may name (the steering CPUs and the default CPU);
+    /// empty for the counting programs.
+    pub fn steering_cpus(&self) -> &[u32] {
+        &self.targets
+    }
+
+    fn error(&self, kind: XdpErrorKind) -> XdpError {
+        XdpError::new(&self.iface, kind)
+    }
+
+    fn os_error(&self, what: &'static str, errno: i32) -> XdpError {
+        XdpError::os(&self.iface, what, errno)
+    }
+
+    fn bpf_error(&self, what: &'static str, source: libbpf_rs::Error) -> XdpError {
+        XdpError::bpf(&self.iface, what, source)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn xdp_moves_between_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<Xdp>();
+    }
+}
