@@ -15,6 +15,7 @@
 
 #![warn(missing_docs)]
 
+pub mod compare;
 pub mod cost;
 pub mod engine;
 mod error;

@@ -89,6 +89,19 @@ pub enum CliError {
     /// A value out of its range.
     #[error("{0}")]
     Invalid(String),
+    /// An option's value out of its range.
+    #[error("{flag} must be {expected}, got {value}")]
+    OutOfRange {
+        /// The option, as typed (`--cores`).
+        flag: &'static str,
+        /// Its valid range, in words.
+        expected: std::borrow::Cow<'static, str>,
+        /// The value given.
+        value: String,
+    },
+    /// The simulator refused the settings or could not run.
+    #[error(transparent)]
+    Sim(#[from] rsspp_sim::SimError),
     /// Loading, attaching or running the XDP programs failed.
     #[error(transparent)]
     Xdp(#[from] rsspp_linux::xdp::XdpError),
