@@ -12,10 +12,13 @@
 //! - [`measure`]: load imbalance and busy time → load, defined once.
 //! - [`state`]: per-bucket flow tables and the lock-free, order-preserving
 //!   migration of a bucket's state between cores (§3.3).
+//! - [`bench_state`]: per-bucket tables against a shared one under table
+//!   rewrites, on threads (`rsspp bench state`).
 
 #![warn(missing_docs)]
 
 pub mod balance;
+pub mod bench_state;
 pub mod control;
 pub mod counters;
 pub mod flow;

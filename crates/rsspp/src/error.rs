@@ -1,6 +1,7 @@
 //! Errors the command-line tool reports: one line each, naming the problem.
 
 use rsspp_core::balance::BalanceError;
+use rsspp_core::bench_state::BenchStateError;
 use rsspp_core::reta::RetaError;
 use rsspp_core::toeplitz::KeyError;
 
@@ -107,7 +108,7 @@ pub enum CliError {
     Xdp(#[from] rsspp_linux::xdp::XdpError),
     /// The state benchmark failed.
     #[error(transparent)]
-    BenchState(crate::bench_state::BenchStateError),
+    BenchState(#[from] BenchStateError),
     /// `rsspp top` could not reach or read the daemon, or drive the terminal.
     #[error(transparent)]
     Top(#[from] crate::cmd::top::TopError),
@@ -126,15 +127,6 @@ impl CliError {
                 path: "stdout".into(),
                 source,
             }
-        }
-    }
-}
-
-impl From<crate::bench_state::BenchStateError> for CliError {
-    fn from(e: crate::bench_state::BenchStateError) -> Self {
-        match e {
-            crate::bench_state::BenchStateError::Io(io) => CliError::output(io),
-            other => CliError::BenchState(other),
         }
     }
 }

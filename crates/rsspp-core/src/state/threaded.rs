@@ -1,5 +1,11 @@
-//! Runs workers on threads, fed by a dispatcher that plays the NIC: the
-//! driver of the stress tests and of `rsspp bench state`.
+//! Runs workers on threads, exchanging tables by the handoff protocol: the
+//! driver of the stress tests and of `rsspp bench state`, in two modes.
+//!
+//! - [`run`]: a dispatcher thread plays the NIC and feeds the workers.
+//! - [`replay`]: every worker replays the NIC itself, as a NIC dispatches in
+//!   hardware, so no third thread competes with the workers for the cores.
+//!
+//! # Dispatcher mode ([`run`])
 //!
 //! The calling thread is the dispatcher. It pulls packets from a source,
 //! steers each to a core through the coordinator's indirection table, and
@@ -12,19 +18,36 @@
 //! tables to each other on per-core handoff channels and report completed
 //! moves back to the dispatcher.
 //!
+//! # Replay mode ([`replay`])
+//!
+//! Every worker thread draws the same stream of packets from its own
+//! [`PacketStream`] replica, steers each packet through its replica of the
+//! indirection table (its own copy of the [`MigrationCoordinator`]) and
+//! processes, in batches, the packets that fall on its own core. A worker
+//! may run at most [`ReplayConfig::ring`] packets ahead of the slowest one,
+//! as a NIC's receive rings bound how far apart cores can drift.
+//!
+//! Every [`ReplayConfig::rewrite_every_ns`] the first worker picks a
+//! position in the stream ahead of every worker; there every replica applies
+//! the same plan (the planner is a function of the table and the rewrite's
+//! number, so the replicas agree) and each worker executes its own command.
+//! Tables move between the threads over channels; a worker ahead of a
+//! bucket's old owner parks the bucket's packets until the table arrives.
+//!
 //! The harness reads no clock: the caller passes one (a counter in tests, a
 //! monotonic clock in the benchmark), sampled once per batch.
 
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::thread;
 
 use crossbeam_channel::{bounded, never, select, unbounded, Receiver, Sender};
 use serde::Serialize;
 
-use crate::reta::{CoreId, MigrationPlan};
+use crate::reta::{CoreId, IndirectionTable, MigrationPlan};
 use crate::state::migration::{
     Completed, CoreCommand, Handoff, MigrationCoordinator, MigrationError,
 };
-use crate::state::worker::{FlowPacket, Outbox, PacketOf, StateOf, Worker};
+use crate::state::worker::{FlowHandler, FlowPacket, Outbox, PacketOf, StateOf, Worker};
 use crate::toeplitz::bucket_of;
 
 /// Sizes of the harness's queues.
@@ -90,6 +113,26 @@ pub enum WorkerFailure {
     /// A worker stopped with a table still leaving or arriving.
     #[error("core {0} stopped in the middle of a migration")]
     Unsettled(CoreId),
+    /// A worker's replica of the coordinator refused a rewrite (replay mode).
+    #[error("core {core} could not apply a table rewrite: {error}")]
+    Rewrite {
+        /// The core.
+        core: CoreId,
+        /// Why.
+        #[serde(serialize_with = "display")]
+        error: MigrationError,
+    },
+    /// A worker released a table to a core that had already stopped (kept
+    /// in the run's `stranded`).
+    #[error("core {core} sent bucket {bucket} to core {to}, which had stopped")]
+    Stopped {
+        /// The sender.
+        core: CoreId,
+        /// The bucket.
+        bucket: usize,
+        /// The destination.
+        to: CoreId,
+    },
 }
 
 fn display<S: serde::Serializer>(e: &MigrationError, s: S) -> Result<S::Ok, S::Error> {
@@ -427,4 +470,438 @@ where
         summary,
         coordinator,
     }
+}
+
+/// One worker's replica of the packet stream in [`replay`] mode: every
+/// replica yields the same packets in the same order.
+pub trait PacketStream {
+    /// The packets.
+    type Packet;
+
+    /// Moves to the next packet and returns its RSS hash (every worker
+    /// steers every packet).
+    fn advance(&mut self) -> u32;
+
+    /// The packet [`advance`](Self::advance) moved to (built only by the
+    /// core that receives it).
+    fn packet(&self) -> Self::Packet;
+}
+
+/// Settings of [`replay`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplayConfig {
+    /// Packets per receive batch.
+    pub batch: usize,
+    /// Packets a worker may run ahead of the slowest one (a receive ring;
+    /// at least `batch`).
+    pub ring: u64,
+    /// Time between two table rewrites, nanoseconds of the caller's clock.
+    pub rewrite_every_ns: u64,
+    /// How long the workers replay, nanoseconds of the caller's clock.
+    pub duration_ns: u64,
+}
+
+/// The clocks [`replay`] reads, supplied by the caller.
+#[derive(Clone, Copy)]
+pub struct ReplayClocks<'a> {
+    /// A monotonic clock shared by the threads, nanoseconds.
+    pub now: &'a (dyn Fn() -> u64 + Sync),
+    /// CPU time of the calling thread, nanoseconds, if it can be read.
+    pub thread_cpu: &'a (dyn Fn() -> Option<u64> + Sync),
+}
+
+impl std::fmt::Debug for ReplayClocks<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplayClocks").finish_non_exhaustive()
+    }
+}
+
+/// What [`replay`] returns.
+#[derive(Debug)]
+pub struct ReplayRun<W: Worker, S> {
+    /// The workers, by core.
+    pub workers: Vec<W>,
+    /// The stream replicas, by core, where each stopped (every replica went
+    /// at least as far as the packets processed).
+    pub streams: Vec<S>,
+    /// Tables that could not be delivered, kept so that no state is lost.
+    pub stranded: Vec<Handoff<StateOf<W>>>,
+    /// Failures of the workers (empty in a correct run).
+    pub failures: Vec<WorkerFailure>,
+    /// Wall time of the replay, nanoseconds of the caller's clock.
+    pub elapsed_ns: u64,
+    /// CPU time of the worker threads together, if every one could be read.
+    pub cpu_ns: Option<u64>,
+    /// Table rewrites applied.
+    pub rewrites: u64,
+    /// Bucket moves the rewrites asked for.
+    pub moves: u64,
+}
+
+/// A counter on its own cache line.
+#[repr(align(128))]
+struct Padded(AtomicU64);
+
+/// What the replaying workers share: how far each has gone, where the next
+/// rewrite and the end are.
+struct Progress {
+    at: Vec<Padded>,
+    next_rewrite: AtomicU64,
+    stop_at: AtomicU64,
+}
+
+impl Progress {
+    fn min(&self) -> u64 {
+        self.at.iter().map(|p| p.0.load(Relaxed)).min().unwrap_or(0)
+    }
+
+    fn max(&self) -> u64 {
+        self.at.iter().map(|p| p.0.load(Relaxed)).max().unwrap_or(0)
+    }
+}
+
+/// Waits a little without using the CPU, so that a worker waiting for
+/// another is not charged for the wait.
+fn pause() {
+    thread::park_timeout(std::time::Duration::from_micros(20));
+}
+
+/// One replaying worker's links and the settings every one reads.
+struct ReplayShared<'a, Plan> {
+    table: &'a IndirectionTable,
+    config: ReplayConfig,
+    planner: &'a Plan,
+    clocks: ReplayClocks<'a>,
+    start: u64,
+    progress: Progress,
+}
+
+/// What one replaying thread returns.
+struct Replayed<W: Worker, S> {
+    worker: W,
+    stream: S,
+    stranded: Vec<Handoff<StateOf<W>>>,
+    failure: Option<WorkerFailure>,
+    cpu_ns: Option<u64>,
+    rewrites: u64,
+    moves: u64,
+}
+
+/// A replaying worker's table traffic: handoffs in and out, failures.
+struct Exchange<'a, S> {
+    core: CoreId,
+    handoffs_in: Receiver<Handoff<S>>,
+    handoffs_out: &'a [Sender<Handoff<S>>],
+    stranded: Vec<Handoff<S>>,
+    failure: Option<WorkerFailure>,
+}
+
+impl<S> Exchange<'_, S> {
+    fn fail(&mut self, failure: WorkerFailure) {
+        self.failure.get_or_insert(failure);
+    }
+
+    /// Sends the released tables to their new owners.
+    fn deliver(&mut self, out: &mut Outbox<S>) {
+        for handoff in out.handoffs.drain(..) {
+            let (bucket, to) = (handoff.bucket, handoff.to);
+            let failure = match self.handoffs_out.get(to) {
+                Some(tx) => match tx.send(handoff) {
+                    Ok(()) => continue,
+                    Err(failed) => {
+                        self.stranded.push(failed.0);
+                        WorkerFailure::Stopped {
+                            core: self.core,
+                            bucket,
+                            to,
+                        }
+                    }
+                },
+                None => {
+                    self.stranded.push(handoff);
+                    WorkerFailure::NoSuchCore {
+                        core: self.core,
+                        bucket,
+                        to,
+                    }
+                }
+            };
+            self.fail(failure);
+        }
+        // Every replica completes the moves itself, at the next rewrite.
+        out.completed.clear();
+    }
+
+    /// Takes the tables that have arrived.
+    fn take<W: Worker<Handler = H>, H: FlowHandler<State = S>>(
+        &mut self,
+        worker: &mut W,
+        now: u64,
+        out: &mut Outbox<S>,
+    ) {
+        while let Ok(handoff) = self.handoffs_in.try_recv() {
+            if let Err(rejected) = worker.accept(handoff, now, out) {
+                let error = rejected.error;
+                self.stranded.push(*rejected.handoff);
+                self.fail(WorkerFailure::Handoff {
+                    core: self.core,
+                    error,
+                });
+            }
+        }
+    }
+}
+
+fn replay_loop<W, S, Plan>(
+    mut worker: W,
+    mut stream: S,
+    shared: &ReplayShared<'_, Plan>,
+    mut exchange: Exchange<'_, StateOf<W>>,
+) -> Replayed<W, S>
+where
+    W: Worker,
+    S: PacketStream<Packet = PacketOf<W>>,
+    Plan: Fn(&MigrationCoordinator, u64) -> MigrationPlan,
+{
+    let cpu_start = (shared.clocks.thread_cpu)();
+    let config = shared.config;
+    let me = worker.core();
+    let cores = exchange.handoffs_out.len();
+    let size = shared.table.len();
+    let progress = &shared.progress;
+    let now = || (shared.clocks.now)().saturating_sub(shared.start);
+    let mut coordinator = match MigrationCoordinator::new(shared.table.clone(), cores) {
+        Ok(c) => c,
+        Err(error) => {
+            exchange.fail(WorkerFailure::Rewrite { core: me, error });
+            return Replayed {
+                worker,
+                stream,
+                stranded: exchange.stranded,
+                failure: exchange.failure,
+                cpu_ns: None,
+                rewrites: 0,
+                moves: 0,
+            };
+        }
+    };
+    let mut queued = vec![0u64; cores];
+    let mut out = Outbox::default();
+    let mut batch: Vec<PacketOf<W>> = Vec::with_capacity(config.batch);
+    let mut in_flight: Vec<Completed> = Vec::new();
+    let (mut rewrites, mut moves) = (0u64, 0u64);
+    let mut last_rewrite_ns = 0u64;
+    let mut rewrite_at = u64::MAX;
+    let mut stop_at = u64::MAX;
+
+    let mut i = 0u64;
+    loop {
+        if i % config.batch as u64 == 0 {
+            // Batch boundary: process, exchange, publish, pace.
+            if !batch.is_empty() {
+                worker.receive_batch(&mut batch, now(), &mut out);
+            }
+            exchange.take(&mut worker, now(), &mut out);
+            exchange.deliver(&mut out);
+            progress.at[me].0.store(i, Relaxed);
+            if me == 0 {
+                let t = now();
+                // A position no worker has reached or will reach before it
+                // reads the shared values again (at its next batch boundary).
+                let horizon = progress
+                    .max()
+                    .saturating_add(2 * (config.ring + config.batch as u64));
+                if t >= config.duration_ns {
+                    if progress.stop_at.load(Relaxed) == u64::MAX {
+                        progress.stop_at.store(horizon, Relaxed);
+                    }
+                } else if t >= last_rewrite_ns + config.rewrite_every_ns && {
+                    // Every worker is past the previous rewrite.
+                    let previous = progress.next_rewrite.load(Relaxed);
+                    previous == u64::MAX || progress.min() > previous
+                } {
+                    progress.next_rewrite.store(horizon, Relaxed);
+                    last_rewrite_ns = t;
+                }
+            }
+            rewrite_at = match progress.next_rewrite.load(Relaxed) {
+                r if r >= i => r,
+                _ => rewrite_at,
+            };
+            stop_at = progress.stop_at.load(Relaxed);
+            // The ring bound: wait for the slowest worker.
+            while i > progress.min() + config.ring && exchange.failure.is_none() {
+                exchange.take(&mut worker, now(), &mut out);
+                exchange.deliver(&mut out);
+                pause();
+            }
+        }
+        if i >= stop_at || exchange.failure.is_some() {
+            break;
+        }
+        if i == rewrite_at {
+            if !batch.is_empty() {
+                worker.receive_batch(&mut batch, now(), &mut out);
+                exchange.deliver(&mut out);
+            }
+            // The previous rewrite's tables have all been released (every
+            // worker is past it): wait until ours have arrived.
+            while !worker.is_settled() && exchange.failure.is_none() {
+                exchange.take(&mut worker, now(), &mut out);
+                exchange.deliver(&mut out);
+                pause();
+            }
+            for done in in_flight.drain(..) {
+                // Every replica applied the same plans: this cannot fail.
+                let _ = coordinator.complete(done);
+            }
+            rewrites += 1;
+            let plan = (shared.planner)(&coordinator, rewrites);
+            match coordinator.apply(&plan, &queued) {
+                Ok(commands) => {
+                    moves += plan.moves.len() as u64;
+                    in_flight.extend(plan.moves.iter().map(|m| Completed {
+                        bucket: m.bucket,
+                        generation: coordinator.generation(),
+                    }));
+                    for c in commands.into_iter().filter(|c| c.core == me) {
+                        if let Err(error) = worker.command(c, now(), &mut out) {
+                            exchange.fail(WorkerFailure::Command { core: me, error });
+                        }
+                    }
+                    exchange.deliver(&mut out);
+                }
+                Err(error) => exchange.fail(WorkerFailure::Rewrite { core: me, error }),
+            }
+        }
+        let hash = stream.advance();
+        let core = coordinator.table().core_of(bucket_of(hash, size));
+        queued[core] += 1;
+        if core == me {
+            batch.push(stream.packet());
+        }
+        i += 1;
+    }
+    if !batch.is_empty() {
+        worker.receive_batch(&mut batch, now(), &mut out);
+        exchange.deliver(&mut out);
+    }
+    progress.at[me].0.store(u64::MAX, Relaxed);
+    while !worker.is_settled() && exchange.failure.is_none() {
+        exchange.take(&mut worker, now(), &mut out);
+        exchange.deliver(&mut out);
+        pause();
+    }
+    let cpu_ns = (shared.clocks.thread_cpu)()
+        .zip(cpu_start)
+        .map(|(end, start)| end.saturating_sub(start));
+    Replayed {
+        worker,
+        stream,
+        stranded: exchange.stranded,
+        failure: exchange.failure,
+        cpu_ns,
+        rewrites,
+        moves,
+    }
+}
+
+/// Runs `workers` (one per core, `workers[c].core() == c`), each replaying
+/// its own replica `streams[c]` of the packet stream, for
+/// `config.duration_ns`; see the module documentation.
+///
+/// - `table` is the indirection table every replica starts from.
+/// - `planner` gives rewrite number `n` (1, 2, …) from the coordinator
+///   holding the current table; it must be a function of both alone, as
+///   every worker calls it on its own replica.
+///
+/// # Panics
+/// If the numbers of workers and streams differ, a worker's `core()`
+/// differs from its position, or a worker panics.
+pub fn replay<W, S, Plan>(
+    workers: Vec<W>,
+    streams: Vec<S>,
+    table: &IndirectionTable,
+    config: ReplayConfig,
+    planner: Plan,
+    clocks: ReplayClocks<'_>,
+) -> ReplayRun<W, S>
+where
+    W: Worker + Send,
+    S: PacketStream<Packet = PacketOf<W>> + Send,
+    StateOf<W>: Send,
+    Plan: Fn(&MigrationCoordinator, u64) -> MigrationPlan + Sync,
+{
+    let cores = workers.len();
+    assert_eq!(cores, streams.len(), "one stream per worker");
+    for (c, w) in workers.iter().enumerate() {
+        assert_eq!(w.core(), c, "workers must be given in core order");
+    }
+    let batch = config.batch.max(1);
+    let config = ReplayConfig {
+        batch,
+        ring: config.ring.max(batch as u64),
+        rewrite_every_ns: config.rewrite_every_ns.max(1),
+        ..config
+    };
+    let shared = ReplayShared {
+        table,
+        config,
+        planner: &planner,
+        clocks,
+        start: (clocks.now)(),
+        progress: Progress {
+            at: (0..cores).map(|_| Padded(AtomicU64::new(0))).collect(),
+            next_rewrite: AtomicU64::new(u64::MAX),
+            stop_at: AtomicU64::new(u64::MAX),
+        },
+    };
+    let (senders, receivers): (Vec<_>, Vec<_>) = (0..cores)
+        .map(|_| unbounded::<Handoff<StateOf<W>>>())
+        .unzip();
+    let finished: Vec<Replayed<W, S>> = thread::scope(|scope| {
+        let handles: Vec<_> = workers
+            .into_iter()
+            .zip(streams)
+            .zip(receivers)
+            .map(|((worker, stream), handoffs_in)| {
+                let (shared, senders) = (&shared, &senders);
+                scope.spawn(move || {
+                    let exchange = Exchange {
+                        core: worker.core(),
+                        handoffs_in,
+                        handoffs_out: senders,
+                        stranded: Vec::new(),
+                        failure: None,
+                    };
+                    replay_loop(worker, stream, shared, exchange)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    });
+    let elapsed_ns = (clocks.now)().saturating_sub(shared.start);
+    let mut run = ReplayRun {
+        workers: Vec::with_capacity(cores),
+        streams: Vec::with_capacity(cores),
+        stranded: Vec::new(),
+        failures: Vec::new(),
+        elapsed_ns,
+        cpu_ns: finished.iter().map(|f| f.cpu_ns).sum(),
+        rewrites: finished.first().map_or(0, |f| f.rewrites),
+        moves: finished.first().map_or(0, |f| f.moves),
+    };
+    for f in finished {
+        run.failures.extend(f.failure);
+        run.stranded.extend(f.stranded);
+        if !f.worker.is_settled() && run.failures.is_empty() {
+            run.failures.push(WorkerFailure::Unsettled(f.worker.core()));
+        }
+        run.workers.push(f.worker);
+        run.streams.push(f.stream);
+    }
+    run
 }
