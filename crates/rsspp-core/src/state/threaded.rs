@@ -1,7 +1,11 @@
 //! Runs workers on threads, exchanging tables by the handoff protocol: the
 //! driver of the stress tests and of `rsspp bench state`, in two modes.
 //!
-//! - [`run`]: a dispatcher thread plays the NIC and feeds the workers.
+//! - [`run`]: a dispatcher thread plays the NIC and feeds the workers; the
+//!   caller's planner decides the table rewrites.
+//! - [`run_balanced`]: the same, balanced by RSS++: the workers count their
+//!   packets per bucket ([`crate::counters`]), and the dispatcher runs the
+//!   [`ControlLoop`] on those counts and applies its plans.
 //! - [`replay`]: every worker replays the NIC itself, as a NIC dispatches in
 //!   hardware, so no third thread competes with the workers for the cores.
 //!
@@ -39,10 +43,13 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::thread;
+use std::time::Duration;
 
 use crossbeam_channel::{bounded, never, select, unbounded, Receiver, Sender};
 use serde::Serialize;
 
+use crate::control::{ControlConfig, ControlError, ControlLoop};
+use crate::counters::{CounterSet, CounterWriter, CountersError, IntervalCounts};
 use crate::reta::{CoreId, IndirectionTable, MigrationPlan};
 use crate::state::migration::{
     Completed, CoreCommand, Handoff, MigrationCoordinator, MigrationError,
@@ -196,6 +203,8 @@ impl Drop for PanicReport {
 }
 
 struct WorkerLinks<P, S> {
+    /// Where the worker counts its packets per bucket, if they are counted.
+    counter: Option<CounterWriter>,
     rx: Receiver<Batch<P>>,
     control: Receiver<CoreCommand>,
     handoffs_in: Receiver<Handoff<S>>,
@@ -230,6 +239,7 @@ fn worker_loop<W: Worker>(
         events: links.events.clone(),
     };
     let WorkerLinks {
+        counter,
         mut rx,
         mut control,
         handoffs_in,
@@ -267,6 +277,11 @@ fn worker_loop<W: Worker>(
             recv(rx) -> msg => match msg {
                 Ok(batch) => {
                     now = now.max(batch.now);
+                    if let Some(counter) = &counter {
+                        for packet in &batch.packets {
+                            counter.record_hash(packet.rss_hash());
+                        }
+                    }
                     worker.receive(batch.packets, now, &mut out);
                     if let (Some(at), Some(every)) = (next_sweep, config.expire_every_ns) {
                         if now >= at {
@@ -306,6 +321,37 @@ fn worker_loop<W: Worker>(
     (worker, stranded)
 }
 
+/// How the dispatcher decides the plans.
+trait Steering {
+    /// The plan to apply now, if any, given the coordinator and the packets
+    /// dispatched so far; `clock` reads the caller's clock.
+    fn plan(
+        &mut self,
+        coordinator: &MigrationCoordinator,
+        dispatched: u64,
+        clock: &mut dyn FnMut() -> u64,
+    ) -> Option<MigrationPlan>;
+
+    /// Whether the coordinator accepted the plan just returned.
+    fn applied(&mut self, accepted: bool);
+}
+
+/// [`run`]'s steering: the caller's planner.
+struct Planner<P>(P);
+
+impl<P: FnMut(&MigrationCoordinator, u64) -> Option<MigrationPlan>> Steering for Planner<P> {
+    fn plan(
+        &mut self,
+        coordinator: &MigrationCoordinator,
+        dispatched: u64,
+        _clock: &mut dyn FnMut() -> u64,
+    ) -> Option<MigrationPlan> {
+        (self.0)(coordinator, dispatched)
+    }
+
+    fn applied(&mut self, _accepted: bool) {}
+}
+
 /// Runs `workers` (one per core, `workers[c].core() == c`) until `source`
 /// is exhausted and every move has completed.
 ///
@@ -318,11 +364,11 @@ fn worker_loop<W: Worker>(
 /// If a worker's `core()` differs from its position, or a worker panics.
 pub fn run<W, Src, Plan, Clock>(
     workers: Vec<W>,
-    mut coordinator: MigrationCoordinator,
+    coordinator: MigrationCoordinator,
     config: HarnessConfig,
-    mut source: Src,
-    mut planner: Plan,
-    mut clock: Clock,
+    source: Src,
+    planner: Plan,
+    clock: Clock,
 ) -> ThreadedRun<W>
 where
     W: Worker + Send,
@@ -330,6 +376,195 @@ where
     StateOf<W>: Send,
     Src: FnMut() -> Option<PacketOf<W>>,
     Plan: FnMut(&MigrationCoordinator, u64) -> Option<MigrationPlan>,
+    Clock: FnMut() -> u64,
+{
+    let writers = (0..workers.len()).map(|_| None).collect();
+    dispatch(
+        workers,
+        coordinator,
+        config,
+        source,
+        &mut Planner(planner),
+        writers,
+        clock,
+    )
+}
+
+/// How [`run_balanced`] turns packet counts into core loads.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BalancedConfig {
+    /// The control loop: interval, back-off, the rebalancer's knobs.
+    pub control: ControlConfig,
+    /// The average load the packets put on the cores in use: each core's
+    /// load is its share of the interval's packets times this times the
+    /// number of cores in use, at most 1 (every packet costs the same, as
+    /// the daemon's load-by-packets model assumes).
+    pub offered_load: f64,
+}
+
+/// What [`run_balanced`] returns.
+#[derive(Debug)]
+pub struct BalancedRun<W: Worker> {
+    /// The run: workers, counters, the coordinator with the final table.
+    pub run: ThreadedRun<W>,
+    /// The control loop, with its rounds and migrations.
+    pub control: ControlLoop,
+    /// Packets the workers counted, over every interval and a last collect
+    /// once they had stopped (equal to `run.summary.dispatched`: the
+    /// counters lose nothing).
+    pub counted: u64,
+    /// Per-bucket packets of the last interval the controller collected,
+    /// and per core.
+    pub last_interval: IntervalCounts,
+    /// Plans the coordinator refused (the control loop abandoned them).
+    pub abandoned: u64,
+    /// An error of the control loop, which stopped rebalancing (none in a
+    /// correct run).
+    pub control_error: Option<ControlError>,
+}
+
+/// [`run_balanced`]'s steering: the RSS++ controller. When the control loop
+/// is due it collects the interval's per-bucket counts from every core,
+/// turns them into loads and asks the loop for a plan, which it commits or
+/// abandons as the coordinator takes it or not.
+struct Controller {
+    control: ControlLoop,
+    counters: CounterSet,
+    interval: IntervalCounts,
+    offered_load: f64,
+    counted: u64,
+    loads: Vec<f64>,
+    abandoned: u64,
+    now: Duration,
+    error: Option<ControlError>,
+}
+
+impl Steering for Controller {
+    fn plan(
+        &mut self,
+        coordinator: &MigrationCoordinator,
+        _dispatched: u64,
+        clock: &mut dyn FnMut() -> u64,
+    ) -> Option<MigrationPlan> {
+        self.now = Duration::from_nanos(clock());
+        if self.error.is_some() || !self.control.is_due(self.now) {
+            return None;
+        }
+        let total = self.counters.collect_into(&mut self.interval);
+        self.counted = self.counted.saturating_add(total);
+        let table = coordinator.table();
+        let in_use = table.cores_in_use().len() as f64;
+        self.loads.clear();
+        self.loads
+            .extend(self.interval.core_packets.iter().map(|&p| match total {
+                0 => 0.0,
+                _ => (self.offered_load * in_use * p as f64 / total as f64).min(1.0),
+            }));
+        match self
+            .control
+            .tick(self.now, table, &self.interval.bucket_packets, &self.loads)
+        {
+            Ok(tick) if tick.outcome.plan.is_empty() => None,
+            Ok(tick) => Some(tick.outcome.plan),
+            Err(e) => {
+                self.error = Some(e);
+                None
+            }
+        }
+    }
+
+    fn applied(&mut self, accepted: bool) {
+        let done = if accepted {
+            self.control.commit().map(drop)
+        } else {
+            self.abandoned += 1;
+            self.control.abandon(self.now)
+        };
+        if let Err(e) = done {
+            self.error.get_or_insert(e);
+        }
+    }
+}
+
+/// Runs `workers` like [`run`], balanced by RSS++: each worker counts the
+/// packets it receives per bucket (with [`crate::counters`]), and the
+/// dispatcher thread, between batches, runs the control loop whenever it is
+/// due on the interval's counts, and applies its plans.
+///
+/// `clock` (nanoseconds) is read at every batch boundary; core loads come
+/// from the packet counts as [`BalancedConfig::offered_load`] says.
+///
+/// # Errors
+/// [`CountersError`] if the table's size is not one counters can have
+/// (the indirection table's sizes all are).
+///
+/// # Panics
+/// As [`run`].
+pub fn run_balanced<W, Src, Clock>(
+    workers: Vec<W>,
+    coordinator: MigrationCoordinator,
+    config: HarnessConfig,
+    balanced: BalancedConfig,
+    source: Src,
+    clock: Clock,
+) -> Result<BalancedRun<W>, CountersError>
+where
+    W: Worker + Send,
+    PacketOf<W>: Send,
+    StateOf<W>: Send,
+    Src: FnMut() -> Option<PacketOf<W>>,
+    Clock: FnMut() -> u64,
+{
+    let (counters, writers) = CounterSet::new(workers.len(), coordinator.table().len())?;
+    let mut controller = Controller {
+        control: ControlLoop::new(balanced.control),
+        counters,
+        interval: IntervalCounts::default(),
+        offered_load: balanced.offered_load,
+        counted: 0,
+        loads: Vec::with_capacity(workers.len()),
+        abandoned: 0,
+        now: Duration::ZERO,
+        error: None,
+    };
+    let writers = writers.into_iter().map(Some).collect();
+    let run = dispatch(
+        workers,
+        coordinator,
+        config,
+        source,
+        &mut controller,
+        writers,
+        clock,
+    );
+    // The workers have stopped (joined): a last collect sees every packet.
+    let rest = controller.counters.collect().total();
+    Ok(BalancedRun {
+        run,
+        control: controller.control,
+        counted: controller.counted.saturating_add(rest),
+        last_interval: controller.interval,
+        abandoned: controller.abandoned,
+        control_error: controller.error,
+    })
+}
+
+/// The dispatcher: see [`run`]. `writers[c]`, if any, is where core `c`
+/// counts its packets per bucket.
+fn dispatch<W, Src, Clock>(
+    workers: Vec<W>,
+    mut coordinator: MigrationCoordinator,
+    config: HarnessConfig,
+    mut source: Src,
+    steering: &mut dyn Steering,
+    writers: Vec<Option<CounterWriter>>,
+    mut clock: Clock,
+) -> ThreadedRun<W>
+where
+    W: Worker + Send,
+    PacketOf<W>: Send,
+    StateOf<W>: Send,
+    Src: FnMut() -> Option<PacketOf<W>>,
     Clock: FnMut() -> u64,
 {
     let cores = workers.len();
@@ -357,8 +592,10 @@ where
             .zip(rx_rx)
             .zip(control_rx)
             .zip(handoff_rx)
-            .map(|(((worker, rx), control), handoffs_in)| {
+            .zip(writers)
+            .map(|((((worker, rx), control), handoffs_in), counter)| {
                 let links = WorkerLinks {
+                    counter,
                     rx,
                     control,
                     handoffs_in,
@@ -385,8 +622,10 @@ where
             if failed {
                 break;
             }
-            if let Some(plan) = planner(&coordinator, summary.dispatched) {
-                match coordinator.apply(&plan, &queued) {
+            if let Some(plan) = steering.plan(&coordinator, summary.dispatched, &mut clock) {
+                let applied = coordinator.apply(&plan, &queued);
+                steering.applied(applied.is_ok());
+                match applied {
                     Ok(commands) => {
                         summary.plans_applied += 1;
                         // Push out what was queued under the old table, so the
