@@ -17,6 +17,9 @@ pub enum CliError {
     /// Measurements the rebalancer refused.
     #[error(transparent)]
     Balance(#[from] BalanceError),
+    /// The control loop refused a round or a commit.
+    #[error(transparent)]
+    Control(#[from] rsspp_core::control::ControlError),
     /// An address that does not parse.
     #[error("{what} {value:?} is not an IPv4 or IPv6 address")]
     BadAddress {
