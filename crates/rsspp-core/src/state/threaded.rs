@@ -41,7 +41,7 @@
 //! The harness reads no clock: the caller passes one (a counter in tests, a
 //! monotonic clock in the benchmark), sampled once per batch.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::thread;
 use std::time::Duration;
 
@@ -787,6 +787,8 @@ struct Progress {
     at: Vec<Padded>,
     next_rewrite: AtomicU64,
     stop_at: AtomicU64,
+    /// Set by a worker that failed: the others stop waiting for it.
+    failed: AtomicBool,
 }
 
 impl Progress {
@@ -913,6 +915,8 @@ where
         Ok(c) => c,
         Err(error) => {
             exchange.fail(WorkerFailure::Rewrite { core: me, error });
+            progress.failed.store(true, Relaxed);
+            progress.at[me].0.store(u64::MAX, Relaxed);
             return Replayed {
                 worker,
                 stream,
@@ -933,6 +937,10 @@ where
     let mut rewrite_at = u64::MAX;
     let mut stop_at = u64::MAX;
 
+    // Whether to stop waiting: this worker or another one failed.
+    let failed = |exchange: &Exchange<'_, StateOf<W>>| {
+        exchange.failure.is_some() || progress.failed.load(Relaxed)
+    };
     let mut i = 0u64;
     loop {
         if i % config.batch as u64 == 0 {
@@ -969,13 +977,13 @@ where
             };
             stop_at = progress.stop_at.load(Relaxed);
             // The ring bound: wait for the slowest worker.
-            while i > progress.min() + config.ring && exchange.failure.is_none() {
+            while i > progress.min() + config.ring && !failed(&exchange) {
                 exchange.take(&mut worker, now(), &mut out);
                 exchange.deliver(&mut out);
                 pause();
             }
         }
-        if i >= stop_at || exchange.failure.is_some() {
+        if i >= stop_at || (i % config.batch as u64 == 0 && failed(&exchange)) {
             break;
         }
         if i == rewrite_at {
@@ -985,7 +993,7 @@ where
             }
             // The previous rewrite's tables have all been released (every
             // worker is past it): wait until ours have arrived.
-            while !worker.is_settled() && exchange.failure.is_none() {
+            while !worker.is_settled() && !failed(&exchange) {
                 exchange.take(&mut worker, now(), &mut out);
                 exchange.deliver(&mut out);
                 pause();
@@ -1025,8 +1033,11 @@ where
         worker.receive_batch(&mut batch, now(), &mut out);
         exchange.deliver(&mut out);
     }
+    if exchange.failure.is_some() {
+        progress.failed.store(true, Relaxed);
+    }
     progress.at[me].0.store(u64::MAX, Relaxed);
-    while !worker.is_settled() && exchange.failure.is_none() {
+    while !worker.is_settled() && !failed(&exchange) {
         exchange.take(&mut worker, now(), &mut out);
         exchange.deliver(&mut out);
         pause();
@@ -1093,6 +1104,7 @@ where
             at: (0..cores).map(|_| Padded(AtomicU64::new(0))).collect(),
             next_rewrite: AtomicU64::new(u64::MAX),
             stop_at: AtomicU64::new(u64::MAX),
+            failed: AtomicBool::new(false),
         },
     };
     let (senders, receivers): (Vec<_>, Vec<_>) = (0..cores)
@@ -1143,4 +1155,168 @@ where
         run.streams.push(f.stream);
     }
     run
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reta::BucketMove;
+    use crate::state::check::{audit, SequenceCheck, SequenceState, SequencedPacket};
+    use crate::state::table::{TableConfig, WhenFull};
+    use crate::state::BucketWorker;
+    use crate::{FlowKey, Toeplitz};
+
+    const FLOWS: usize = 500;
+
+    /// Flow `i mod FLOWS` for packet `i`, with per-flow sequence numbers.
+    struct RoundRobin {
+        flows: Vec<(FlowKey, u32)>,
+        next_seq: Vec<u32>,
+        at: usize,
+    }
+
+    impl RoundRobin {
+        fn new() -> Self {
+            let toeplitz = Toeplitz::default();
+            let flows = (0..FLOWS)
+                .map(|i| {
+                    let key = FlowKey::new(
+                        "10.0.0.1".parse().unwrap(),
+                        "10.0.0.2".parse().unwrap(),
+                        i as u16,
+                        80,
+                        17,
+                    )
+                    .unwrap();
+                    (key, toeplitz.hash_flow(&key))
+                })
+                .collect();
+            Self {
+                flows,
+                next_seq: vec![0; FLOWS],
+                at: FLOWS - 1,
+            }
+        }
+    }
+
+    impl PacketStream for RoundRobin {
+        type Packet = SequencedPacket;
+
+        fn advance(&mut self) -> u32 {
+            self.at = (self.at + 1) % FLOWS;
+            self.next_seq[self.at] += 1;
+            self.flows[self.at].1
+        }
+
+        fn packet(&self) -> SequencedPacket {
+            let (key, hash) = self.flows[self.at];
+            SequencedPacket {
+                key,
+                hash,
+                flow: self.at as u32,
+                seq: self.next_seq[self.at] - 1,
+            }
+        }
+    }
+
+    /// Rewrite `n` moves buckets `n mod 64`, `+ 64`, … (16 of them) to the
+    /// next core: the same on every replica.
+    fn rotate(c: &MigrationCoordinator, n: u64) -> MigrationPlan {
+        let moves = (0..16)
+            .map(|k| {
+                let bucket = (n as usize % 64 + 64 * k) % c.table().len();
+                let from = c.table().core_of(bucket);
+                BucketMove {
+                    bucket,
+                    from,
+                    to: (from + 1) % c.cores(),
+                }
+            })
+            .collect();
+        MigrationPlan { moves }
+    }
+
+    fn replay_with<Plan>(
+        cores: usize,
+        planner: Plan,
+    ) -> ReplayRun<BucketWorker<SequenceCheck>, RoundRobin>
+    where
+        Plan: Fn(&MigrationCoordinator, u64) -> MigrationPlan + Sync,
+    {
+        let table = IndirectionTable::equal(1024, cores).unwrap();
+        let tables = TableConfig {
+            capacity: FLOWS,
+            idle_timeout_ns: None,
+            when_full: WhenFull::Refuse,
+        };
+        let workers = (0..cores)
+            .map(|c| BucketWorker::new(c, &table, tables, SequenceCheck::default()))
+            .collect();
+        let streams = (0..cores).map(|_| RoundRobin::new()).collect();
+        // Every reading advances the clock 1 µs: the run lasts 20 000
+        // readings, a rewrite every 500.
+        let clock = AtomicU64::new(0);
+        let now = || clock.fetch_add(1_000, Relaxed);
+        let config = ReplayConfig {
+            batch: 16,
+            ring: 256,
+            rewrite_every_ns: 500_000,
+            duration_ns: 20_000_000,
+        };
+        let clocks = ReplayClocks {
+            now: &now,
+            thread_cpu: &|| None,
+        };
+        replay(workers, streams, &table, config, planner, clocks)
+    }
+
+    #[test]
+    fn replay_moves_tables_between_threads_without_loss_or_reordering() {
+        let run = replay_with(3, rotate);
+        assert!(run.failures.is_empty(), "{:?}", run.failures);
+        assert!(run.stranded.is_empty());
+        assert!(run.rewrites > 0);
+        assert_eq!(run.moves, 16 * run.rewrites);
+        assert_eq!(run.cpu_ns, None);
+        let sent: Vec<u64> = run.streams[0].next_seq.iter().map(|&n| n.into()).collect();
+        // Every replica stopped at the same position.
+        for s in &run.streams {
+            assert_eq!(s.next_seq, run.streams[0].next_seq);
+        }
+        let mut check = SequenceCheck::default();
+        let mut states: Vec<SequenceState> = Vec::new();
+        let mut processed = 0;
+        for w in &run.workers {
+            check.add(w.handler());
+            processed += w.stats().processed;
+            for (_, t) in w.tables() {
+                states.extend(t.iter().map(|(_, s)| *s));
+            }
+        }
+        assert_eq!(processed, sent.iter().sum::<u64>());
+        assert_eq!(check.reordered, 0);
+        assert_eq!(check.gaps, 0);
+        assert!(audit(&sent, &states).is_clean());
+    }
+
+    #[test]
+    fn a_plan_the_replicas_refuse_stops_every_worker() {
+        // Bucket 0 is on core 0: a move "from core 1" is refused.
+        let bad = |_: &MigrationCoordinator, _: u64| MigrationPlan {
+            moves: vec![BucketMove {
+                bucket: 0,
+                from: 1,
+                to: 0,
+            }],
+        };
+        // The run returns: the first replica to fail stops the other one
+        // (which may fail the same way first).
+        let run = replay_with(2, bad);
+        assert!(!run.failures.is_empty());
+        assert!(run
+            .failures
+            .iter()
+            .all(|f| matches!(f, WorkerFailure::Rewrite { .. })));
+        assert_eq!(run.moves, 0);
+    }
 }
