@@ -5,6 +5,11 @@
 //! balancing thread periodically collects the counts of the interval that
 //! just ended and feeds them to the rebalancer.
 //!
+//! The threaded harness's RSS++ mode
+//! ([`run_balanced`](crate::state::threaded::run_balanced)) works this way:
+//! its worker threads record, its dispatcher thread collects and runs the
+//! control loop.
+//!
 //! # Roles
 //!
 //! One [`CoreCounters`] table per core, created with [`core_counters`] (or

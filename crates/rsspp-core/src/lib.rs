@@ -13,6 +13,8 @@
 //! - [`rand`]: the seeded generator every random choice draws from.
 //! - [`state`]: per-bucket flow tables and the lock-free, order-preserving
 //!   migration of a bucket's state between cores (§3.3).
+//! - [`bench_state`]: per-bucket tables against a shared one under table
+//!   rewrites, on threads (`rsspp bench state`).
 //!
 //! The other load balancers' own logic, written once for every data path
 //! (the simulator's policies call it; packets are the caller's type):
@@ -27,6 +29,7 @@
 
 pub mod affinity_accept;
 pub mod balance;
+pub mod bench_state;
 pub mod control;
 pub mod counters;
 pub mod flow;

@@ -18,6 +18,7 @@
 
 #![warn(missing_docs)]
 
+pub mod compare;
 pub mod cost;
 pub mod engine;
 mod error;

@@ -1,6 +1,7 @@
 //! Errors the command-line tool reports: one line each, naming the problem.
 
 use rsspp_core::balance::BalanceError;
+use rsspp_core::bench_state::BenchStateError;
 use rsspp_core::reta::RetaError;
 use rsspp_core::toeplitz::KeyError;
 
@@ -16,6 +17,9 @@ pub enum CliError {
     /// Measurements the rebalancer refused.
     #[error(transparent)]
     Balance(#[from] BalanceError),
+    /// The control loop refused a round or a commit.
+    #[error(transparent)]
+    Control(#[from] rsspp_core::control::ControlError),
     /// An address that does not parse.
     #[error("{what} {value:?} is not an IPv4 or IPv6 address")]
     BadAddress {
@@ -89,12 +93,25 @@ pub enum CliError {
     /// A value out of its range.
     #[error("{0}")]
     Invalid(String),
+    /// An option's value out of its range.
+    #[error("{flag} must be {expected}, got {value}")]
+    OutOfRange {
+        /// The option, as typed (`--cores`).
+        flag: &'static str,
+        /// Its valid range, in words.
+        expected: std::borrow::Cow<'static, str>,
+        /// The value given.
+        value: String,
+    },
+    /// The simulator refused the settings or could not run.
+    #[error(transparent)]
+    Sim(#[from] rsspp_sim::SimError),
     /// Loading, attaching or running the XDP programs failed.
     #[error(transparent)]
     Xdp(#[from] rsspp_linux::xdp::XdpError),
     /// The state benchmark failed.
     #[error(transparent)]
-    BenchState(crate::bench_state::BenchStateError),
+    BenchState(#[from] BenchStateError),
     /// `rsspp top` could not reach or read the daemon, or drive the terminal.
     #[error(transparent)]
     Top(#[from] crate::cmd::top::TopError),
@@ -120,15 +137,6 @@ impl CliError {
                 path: "stdout".into(),
                 source,
             }
-        }
-    }
-}
-
-impl From<crate::bench_state::BenchStateError> for CliError {
-    fn from(e: crate::bench_state::BenchStateError) -> Self {
-        match e {
-            crate::bench_state::BenchStateError::Io(io) => CliError::output(io),
-            other => CliError::BenchState(other),
         }
     }
 }

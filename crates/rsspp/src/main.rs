@@ -1,7 +1,6 @@
 //! `rsspp`: load- and state-aware receive-side scaling (RSS++).
 
 mod atomic;
-mod bench_state;
 mod bench_xdp;
 mod cmd;
 mod error;

@@ -402,3 +402,50 @@ fn bench_balance_reports_every_shape_within_the_quality_bar() {
         .failure()
         .stderr(predicate::str::contains("at least 1"));
 }
+
+#[test]
+fn bench_state_reports_both_variants_and_refuses_bad_options() {
+    let out = stdout_of(rsspp().args([
+        "bench",
+        "state",
+        "--seconds",
+        "0.2",
+        "--rounds",
+        "1",
+        "--change-interval-ms",
+        "20",
+        "--json",
+    ]));
+    let r: Value = serde_json::from_str(&out).unwrap();
+    for field in [
+        "per_bucket_pps",
+        "shared_pps",
+        "ratio",
+        "round_ratios",
+        "per_bucket_pps_per_core",
+        "shared_pps_per_core",
+        "ratio_per_core",
+        "per_bucket_reordered",
+        "shared_reordered",
+        "lost_states",
+        "migrations",
+        "per_bucket",
+        "shared",
+    ] {
+        assert!(r.get(field).is_some(), "{field}: {r}");
+    }
+    assert_eq!(r["per_bucket_reordered"], 0, "{r}");
+    assert_eq!(r["lost_states"], 0, "{r}");
+    assert!(r["migrations"].as_u64().unwrap() > 0, "{r}");
+    assert!(r["per_bucket"]["packets"].as_u64().unwrap() > 0, "{r}");
+    let text = stdout_of(rsspp().args(["bench", "state", "--seconds", "0.2", "--rounds", "1"]));
+    assert!(text.contains("per-bucket / shared:"), "{text}");
+    fails_with_one_clear_line(
+        rsspp().args(["bench", "state", "--workers", "0"]),
+        "--workers must be positive, got 0",
+    );
+    fails_with_one_clear_line(
+        rsspp().args(["bench", "state", "--buckets", "100"]),
+        "size 100",
+    );
+}

@@ -91,6 +91,22 @@ fn bad_options_are_refused_with_a_clear_message() {
     refused(&["--speed", "-2"], "replay speed must be a positive number");
     refused(&["--duration", "0"], "duration must be between 0 and 86400");
     refused(&["--queue-size", "0"], "--queue-size must be at least 1");
+    refused(
+        &["--interval-ms", "0"],
+        "--interval-ms must be between 1 ms and 10 s, got 0",
+    );
+    refused(
+        &["--interval-ms", "20000"],
+        "--interval-ms must be between 1 ms and 10 s, got 20000",
+    );
+    refused(
+        &["--target-load", "1.5"],
+        "--target-load must be in (0, 1], got 1.5",
+    );
+    refused(
+        &["--table-update-us", "-1"],
+        "--table-update-us must be between",
+    );
     refused(&["--reta-size", "100"], "power of two");
     refused(&["--clock-ghz", "0"], "clock must be in (0, 10]");
     refused(&["--work-skew", "9"], "work skew must be in [0, 4]");

@@ -1,9 +1,14 @@
 //! `rsspp bench`: measurements that back the README's figures.
 
+use std::io::Write;
 use std::time::Instant;
 
 use clap::{Args, Subcommand};
 use rsspp_core::balance::synthetic::{self, makespan_lower_bound, Skew};
+use rsspp_core::bench_state::{
+    self as state, BenchStateConfig, BenchStateError, BenchStateReport, Positive,
+};
+use rsspp_core::state::threaded::ReplayClocks;
 use rsspp_core::{rebalance, BalanceConfig, BalanceOutcome, LoadReport};
 use serde::Serialize;
 
@@ -24,10 +29,53 @@ enum BenchCommand {
     Balance(BenchBalanceArgs),
     /// Per-bucket flow tables against one shared table, under table rewrites
     /// (state migration, §3.3 and §5.6): packets per second, reordering, lost states.
-    State(crate::bench_state::BenchStateArgs),
+    State(BenchStateArgs),
     /// The XDP programs' cost per packet (BPF_PROG_TEST_RUN): count-only
     /// and steering, IPv4 TCP and IPv6 UDP frames. Needs root.
     Xdp(crate::bench_xdp::BenchXdpArgs),
+}
+
+/// Arguments of `rsspp bench state`.
+#[derive(Debug, Clone, Args)]
+pub struct BenchStateArgs {
+    /// Print JSON instead of a summary.
+    #[arg(long)]
+    json: bool,
+    /// Seconds of traffic for each of the two variants.
+    #[arg(long, default_value_t = 3.0)]
+    seconds: f64,
+    /// Concurrent flows (at least 1).
+    #[arg(long, default_value_t = 10_000)]
+    flows: usize,
+    /// Worker threads (cores).
+    #[arg(long, default_value_t = 2)]
+    workers: usize,
+    /// Time between two indirection-table rewrites, in milliseconds.
+    #[arg(long, default_value_t = 100)]
+    change_interval_ms: u64,
+    /// Buckets moved by each rewrite.
+    #[arg(long, default_value_t = 16)]
+    moves_per_change: usize,
+    /// Indirection-table size (a power of two, 64–65536).
+    #[arg(long, default_value_t = 512)]
+    buckets: usize,
+    /// Lock stripes of the shared table.
+    #[arg(long, default_value_t = 1024)]
+    stripes: usize,
+    /// Packets per receive batch.
+    #[arg(long, default_value_t = 32)]
+    batch: usize,
+    /// Seed of the traffic and of the moves.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Packets a worker may run ahead of the slowest one (a receive ring).
+    #[arg(long, default_value_t = 2048)]
+    ring: u64,
+    /// Rounds: the variants alternate, `--seconds / --rounds` each per
+    /// round; packets per second are the medians over the rounds, the ratio
+    /// the median of the rounds' ratios (this machine is shared and noisy).
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
 }
 
 /// Arguments of `rsspp bench balance`.
@@ -149,9 +197,110 @@ fn run_shape(cores: usize, buckets: usize, args: &BenchBalanceArgs) -> ShapeResu
 pub fn run(args: &BenchArgs) -> Result<(), CliError> {
     match &args.what {
         BenchCommand::Balance(a) => run_balance(a),
-        BenchCommand::State(a) => crate::bench_state::run(a).map_err(CliError::from),
+        BenchCommand::State(a) => run_state(a),
         BenchCommand::Xdp(a) => crate::bench_xdp::run(a),
     }
+}
+
+/// CPU time of the calling thread, nanoseconds (Linux: the first field of
+/// `/proc/thread-self/schedstat`), if available.
+fn thread_cpu_ns() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    text.split_whitespace().next()?.parse().ok()
+}
+
+/// `rsspp bench state`: runs both variants and prints the summary or JSON.
+fn run_state(args: &BenchStateArgs) -> Result<(), CliError> {
+    let config = BenchStateConfig {
+        seconds: args.seconds,
+        flows: args.flows,
+        workers: args.workers,
+        change_interval_ms: args.change_interval_ms,
+        moves_per_change: args.moves_per_change,
+        buckets: args.buckets,
+        stripes: args.stripes,
+        batch: args.batch,
+        seed: args.seed,
+        ring: args.ring,
+        rounds: args.rounds,
+    };
+    let start = Instant::now();
+    let now = move || start.elapsed().as_nanos() as u64;
+    let clocks = ReplayClocks {
+        now: &now,
+        thread_cpu: &thread_cpu_ns,
+    };
+    let report = state::measure(&config, clocks).map_err(|e| match e {
+        BenchStateError::NotPositive(setting) => {
+            let (flag, value) = match setting {
+                Positive::Workers => ("--workers", args.workers.to_string()),
+                Positive::Flows => ("--flows", args.flows.to_string()),
+                Positive::Seconds => ("--seconds", args.seconds.to_string()),
+            };
+            CliError::OutOfRange {
+                flag,
+                expected: "positive".into(),
+                value,
+            }
+        }
+        other => CliError::BenchState(other),
+    })?;
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut out, &report).map_err(|e| CliError::output(e.into()))?;
+        return writeln!(out).map_err(CliError::output);
+    }
+    print_state(&mut out, &report, args.seconds).map_err(CliError::output)
+}
+
+fn print_state(
+    out: &mut impl Write,
+    report: &BenchStateReport,
+    seconds: f64,
+) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "{} workers, {} flows, {} buckets moved every {} ms, {:.1} s per variant in {} rounds",
+        report.workers,
+        report.flows,
+        report.moves_per_change,
+        report.change_interval_ms,
+        seconds,
+        report.rounds
+    )?;
+    writeln!(
+        out,
+        "{:<14} {:>12} {:>14} {:>10} {:>12} {:>8} {:>8}",
+        "", "packets/s", "per core-sec", "reordered", "lost states", "moves", "parked"
+    )?;
+    for (name, v) in [
+        ("per-bucket", &report.per_bucket),
+        ("shared table", &report.shared),
+    ] {
+        writeln!(
+            out,
+            "{:<14} {:>12.0} {:>14.0} {:>10} {:>12} {:>8} {:>8}",
+            name,
+            v.pps,
+            v.pps_per_core,
+            v.reordered,
+            v.lost_states + v.duplicated_states,
+            v.migrations,
+            v.parked
+        )?;
+    }
+    let rounds: Vec<String> = report
+        .round_ratios
+        .iter()
+        .map(|r| format!("{r:.2}"))
+        .collect();
+    writeln!(
+        out,
+        "per-bucket / shared: {:.2}x packets/s (median; rounds {}), {:.2}x per core-second",
+        report.ratio,
+        rounds.join(" "),
+        report.ratio_per_core
+    )
 }
 
 fn run_balance(args: &BenchBalanceArgs) -> Result<(), CliError> {
@@ -194,7 +343,6 @@ fn run_balance(args: &BenchBalanceArgs) -> Result<(), CliError> {
               spread: (max - min) / mean of the cores not holding an isolated elephant, worst case.\n";
         t
     };
-    use std::io::Write as _;
     std::io::stdout()
         .write_all(text.as_bytes())
         .map_err(CliError::output)

@@ -4,25 +4,23 @@
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
+use rsspp_core::{BalanceConfig, BalanceError, ControlConfig, Setting};
+use rsspp_sim::compare::{compare, CompareConfig, Progress};
 use rsspp_sim::cost::{StateAccess, StateTable};
 use rsspp_sim::engine::EngineConfig;
 use rsspp_sim::policy::{PolicyConfig, POLICY_NAMES};
 use rsspp_sim::reframer::{ReframerConfig, BUFFER_US_RANGE};
-use rsspp_sim::run::{run, speed_for_load, RunConfig};
-use rsspp_sim::workload::{RateProfile, TraceSource, WorkloadConfig};
+use rsspp_sim::run::RunConfig;
+use rsspp_sim::workload::{TraceSource, WorkloadConfig};
 use rsspp_sim::{report, Comparison, PolicySummary, SimError, SweepPoint};
 use rsspp_trace::Preset;
 use serde::Serialize;
 
 use crate::atomic;
 use crate::error::CliError;
-
-/// Requested loads of the `--sweep` curves: from comfortable to saturated,
-/// denser where drops and latency take off.
-const SWEEP_LOADS: [f64; 7] = [0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0];
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum PresetName {
@@ -198,8 +196,36 @@ pub struct CompareArgs {
     no_report: bool,
 }
 
-fn sim_error(e: SimError) -> CliError {
-    CliError::Invalid(e.to_string())
+/// Checks `--interval-ms` and `--target-load` with core's own ranges.
+fn check_control(args: &CompareArgs) -> Result<(), CliError> {
+    let defaults = ControlConfig::default();
+    let interval = Duration::from_millis(args.interval_ms);
+    let control = ControlConfig {
+        interval,
+        max_interval: defaults.max_interval.max(interval),
+        balance: BalanceConfig {
+            target_load: args.target_load,
+            ..defaults.balance
+        },
+        ..defaults
+    };
+    let out_of_range = |flag, expected: &'static str, value: String| CliError::OutOfRange {
+        flag,
+        expected: expected.into(),
+        value,
+    };
+    control.validate().map_err(|e| match e {
+        BalanceError::BadConfig {
+            setting: Setting::Interval,
+            expected,
+        } => out_of_range("--interval-ms", expected, args.interval_ms.to_string()),
+        BalanceError::BadConfig {
+            setting: Setting::TargetLoad,
+            expected,
+        } => out_of_range("--target-load", expected, args.target_load.to_string()),
+        // Every other knob keeps core's default, which is valid.
+        other => CliError::Balance(other),
+    })
 }
 
 /// Runs `rsspp compare`.
@@ -214,10 +240,11 @@ pub fn run_compare(args: &CompareArgs) -> Result<(), CliError> {
         ));
     }
     if !(1..=64).contains(&args.cores) {
-        return Err(CliError::Invalid(format!(
-            "--cores must be between 1 and 64, got {}",
-            args.cores
-        )));
+        return Err(CliError::OutOfRange {
+            flag: "--cores",
+            expected: "between 1 and 64".into(),
+            value: args.cores.to_string(),
+        });
     }
     let source = match &args.trace {
         Some(path) => TraceSource::Pcap(path.clone()),
@@ -227,31 +254,36 @@ pub fn run_compare(args: &CompareArgs) -> Result<(), CliError> {
             frame_size: None,
         },
     };
-    let mut workload =
-        WorkloadConfig::new(source, args.duration, args.speed.unwrap_or(1.0)).map_err(sim_error)?;
+    let mut workload = WorkloadConfig::new(source, args.duration, args.speed.unwrap_or(1.0))?;
     workload.seed = args.seed;
     let mut engine = EngineConfig::default();
     engine.cost.clock_ghz = args.clock_ghz;
     engine.cost.work = args.work;
     engine.cost.work_skew = args.work_skew;
     if !(args.cache_flows.is_power_of_two() && args.cache_flows <= 1 << 20) {
-        return Err(CliError::Invalid(format!(
-            "--cache-flows must be a power of two between 1 and 1048576, got {}",
-            args.cache_flows
-        )));
+        return Err(CliError::OutOfRange {
+            flag: "--cache-flows",
+            expected: "a power of two between 1 and 1048576".into(),
+            value: args.cache_flows.to_string(),
+        });
     }
     engine.cost.cache_flows = args.cache_flows;
     let reframer = match args.reframer {
         None => None,
         Some(us) if BUFFER_US_RANGE.contains(&us) => {
-            Some(ReframerConfig::new(us).map_err(|e| sim_error(e.into()))?)
+            Some(ReframerConfig::new(us).map_err(SimError::from)?)
         }
         Some(us) => {
-            return Err(CliError::Invalid(format!(
-                "--reframer must be between {} and {} µs, got {us}",
-                BUFFER_US_RANGE.start(),
-                BUFFER_US_RANGE.end()
-            )))
+            return Err(CliError::OutOfRange {
+                flag: "--reframer",
+                expected: format!(
+                    "between {} and {} µs",
+                    BUFFER_US_RANGE.start(),
+                    BUFFER_US_RANGE.end()
+                )
+                .into(),
+                value: us.to_string(),
+            })
         }
     };
     engine.cost.state = match args.state {
@@ -272,26 +304,20 @@ pub fn run_compare(args: &CompareArgs) -> Result<(), CliError> {
         table_update_ns: (args.table_update_us * 1000.0) as u64,
         seed: args.seed,
     };
-    if !(args.target_load.is_finite() && args.target_load > 0.0 && args.target_load <= 1.0) {
-        return Err(CliError::Invalid(format!(
-            "--target-load must be in (0, 1], got {}",
-            args.target_load
-        )));
-    }
-    if !(1..=10_000).contains(&args.interval_ms) {
-        return Err(CliError::Invalid(format!(
-            "--interval-ms must be between 1 and 10000, got {}",
-            args.interval_ms
-        )));
-    }
+    check_control(args)?;
     if !(args.table_update_us.is_finite() && (0.0..=1e6).contains(&args.table_update_us)) {
-        return Err(CliError::Invalid(format!(
-            "--table-update-us must be between 0 and 1000000, got {}",
-            args.table_update_us
-        )));
+        return Err(CliError::OutOfRange {
+            flag: "--table-update-us",
+            expected: "between 0 and 1000000".into(),
+            value: args.table_update_us.to_string(),
+        });
     }
     if args.queue_size == 0 {
-        return Err(CliError::Invalid("--queue-size must be at least 1".into()));
+        return Err(CliError::OutOfRange {
+            flag: "--queue-size",
+            expected: "at least 1".into(),
+            value: args.queue_size.to_string(),
+        });
     }
     // A report that cannot be written should fail now, not after the run.
     if !args.no_report {
@@ -302,61 +328,28 @@ pub fn run_compare(args: &CompareArgs) -> Result<(), CliError> {
         }
         atomic::check_destination(&args.out)?;
     }
-    let mut config = RunConfig {
-        workload,
-        engine,
-        policy,
-        policies: policies.clone(),
-        reframer,
+    let config = CompareConfig {
+        run: RunConfig {
+            workload,
+            engine,
+            policy,
+            policies,
+            reframer,
+        },
+        speed: args.speed,
+        load: args.load,
+        ramp: args.ramp,
+        sweep: args.sweep,
     };
     let started = Instant::now();
     let show_progress = std::io::stderr().is_terminal();
-    let speed = match args.speed {
-        Some(s) => s,
-        None => speed_for_load(&config, args.load).map_err(sim_error)?,
-    };
-    config.workload.rate = if args.ramp {
-        RateProfile::ramp(args.duration, speed * RAMP_LOW, speed)
-    } else {
-        RateProfile::constant(speed)
-    }
-    .map_err(sim_error)?;
-    let duration = args.duration;
-    let out = run(&config, |t| {
+    let count = config.run.policies.len();
+    let out = compare(&config, |p| {
         if show_progress {
-            eprint!(
-                "\rsimulating {} policies: {:5.1} / {:.1} s",
-                policies.len(),
-                t.min(duration),
-                duration
-            );
+            show(p, count)
         }
-    })
-    .map_err(sim_error)?;
-    if show_progress {
-        eprintln!();
-    }
-    let sweep = if args.sweep {
-        // The replay speed is proportional to the requested load, so one
-        // pilot (or the main run's) gives the speed of every point.
-        let full_speed = match args.speed {
-            Some(_) => speed_for_load(&config, 1.0).map_err(sim_error)?,
-            None => speed / args.load,
-        };
-        run_sweep(&config, full_speed, show_progress)?
-    } else {
-        Vec::new()
-    };
-    let comparison = Comparison {
-        workload: config.workload.source.describe(),
-        cores: args.cores,
-        duration_s: args.duration,
-        target_load: args.load,
-        clock_ghz: args.clock_ghz,
-        seed: args.seed,
-        policies: out.results,
-        sweep,
-    };
+    })?;
+    let comparison = out.comparison;
     let mut stdout = std::io::stdout().lock();
     if args.json {
         let output = JsonOutput {
@@ -371,8 +364,7 @@ pub fn run_compare(args: &CompareArgs) -> Result<(), CliError> {
             .map_err(|e| CliError::output(e.into()))?;
         writeln!(stdout).map_err(CliError::output)?;
     } else {
-        print_table(&mut stdout, &comparison, speed, out.workload.packets)
-            .map_err(CliError::output)?;
+        print_table(&mut stdout, &comparison, out.speed, out.packets).map_err(CliError::output)?;
         print_sweep(&mut stdout, &comparison.sweep).map_err(CliError::output)?;
     }
     if !args.no_report {
@@ -395,8 +387,26 @@ pub fn run_compare(args: &CompareArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-/// Lowest rate of `--ramp`, relative to its peak.
-const RAMP_LOW: f64 = 0.15;
+/// One step of the progress line on standard error.
+fn show(progress: Progress, policies: usize) {
+    match progress {
+        Progress::Main {
+            simulated_s,
+            duration_s,
+        } => eprint!("\rsimulating {policies} policies: {simulated_s:5.1} / {duration_s:.1} s"),
+        Progress::Sweep {
+            point,
+            points,
+            load,
+            simulated_s,
+            duration_s,
+        } => eprint!(
+            "\rsweep {point}/{points} (load {:3.0}%): {simulated_s:5.1} / {duration_s:.1} s",
+            load * 100.0
+        ),
+        Progress::MainDone | Progress::SweepDone => eprintln!(),
+    }
+}
 
 /// `--json`: the whole comparison, plus its table keyed by policy name
 /// (`.summary.rsspp.latency_p95_us`).
@@ -409,49 +419,6 @@ struct JsonOutput<'a> {
 
 fn write_report(path: &Path, comparison: &Comparison) -> Result<(), CliError> {
     atomic::write(path, report::html(comparison).as_bytes())
-}
-
-/// Every policy at each of [`SWEEP_LOADS`], `full_speed` being the replay
-/// speed of load 1, each point a quarter of the main run (at least 1 s).
-fn run_sweep(
-    config: &RunConfig,
-    full_speed: f64,
-    show_progress: bool,
-) -> Result<Vec<SweepPoint>, CliError> {
-    let mut point = config.clone();
-    point.workload.duration_s = (config.workload.duration_s / 4.0)
-        .max(1.0)
-        .min(config.workload.duration_s);
-    let duration = point.workload.duration_s;
-    let mut sweep = Vec::with_capacity(SWEEP_LOADS.len() * config.policies.len());
-    for (k, &load) in SWEEP_LOADS.iter().enumerate() {
-        point.workload.rate = RateProfile::constant(full_speed * load).map_err(sim_error)?;
-        let out = run(&point, |t| {
-            if show_progress {
-                eprint!(
-                    "\rsweep {}/{} (load {:3.0}%): {:5.1} / {:.1} s",
-                    k + 1,
-                    SWEEP_LOADS.len(),
-                    load * 100.0,
-                    t.min(duration),
-                    duration
-                );
-            }
-        })
-        .map_err(sim_error)?;
-        sweep.extend(out.results.into_iter().map(|r| SweepPoint {
-            policy: r.name,
-            offered_load: load,
-            avg_load: r.summary.avg_load,
-            packets: r.summary.packets,
-            drops: r.summary.drops,
-            latency_p95_us: r.summary.latency_p95_us,
-        }));
-    }
-    if show_progress {
-        eprintln!();
-    }
-    Ok(sweep)
 }
 
 /// The sweep as two small tables: drops and p95 latency by requested load.

@@ -162,13 +162,11 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
     for round in 1..=args.rounds {
         let m = measure(&table, &demand, args.cores);
         let started = Instant::now();
-        let tick = ctl
-            .tick(now, &table, &m.bucket_packets, &m.core_load)
-            .map_err(|e| CliError::Invalid(e.to_string()))?;
+        let tick = ctl.tick(now, &table, &m.bucket_packets, &m.core_load)?;
         let took = started.elapsed();
         if !tick.outcome.plan.is_empty() {
             table = tick.outcome.table.clone();
-            ctl.commit().map_err(|e| CliError::Invalid(e.to_string()))?;
+            ctl.commit()?;
         }
         let handed = tick.outcome.plan.to_string();
         solve_total += took;
