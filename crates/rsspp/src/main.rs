@@ -46,7 +46,8 @@ enum Command {
     /// (hardware); metrics at /metrics.
     Run(cmd::run::RunArgs),
     /// Live view of a running daemon (`rsspp run`): per-CPU load as a
-    /// heatmap over time, packet rates, imbalance, and the current table.
+    /// heatmap over time, packet rates, imbalance ((max − min) / min of the
+    /// per-CPU packet rates, in percent), and the current table.
     Top(cmd::top::TopArgs),
     /// A NIC's RSS indirection table through ethtool: show it, write one.
     Nic(cmd::nic::NicArgs),

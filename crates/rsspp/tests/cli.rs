@@ -393,7 +393,7 @@ fn bench_balance_reports_every_shape_within_the_quality_bar() {
             "the workloads are skewed: {s}"
         );
         assert!(s["makespan_ratio"].as_f64().unwrap() <= 1.01, "{s}");
-        assert!(s["spread"].as_f64().unwrap() <= 0.03, "{s}");
+        assert!(s["imbalance"].as_f64().unwrap() <= 0.03, "{s}");
         assert!(s["max_rounds"].as_u64().unwrap() <= 3, "{s}");
     }
     rsspp()

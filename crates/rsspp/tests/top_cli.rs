@@ -68,7 +68,7 @@ fn once_prints_the_heatmap_rows_and_the_table_without_escapes() {
         text.contains(&format!("veth-top0 (software) at {addr}")),
         "{text}"
     );
-    assert!(text.contains("imbalance 1.50"), "{text}");
+    assert!(text.contains("imbalance 150%"), "{text}");
     // Two samples: one heat column each, block height = load; the counters
     // did not move between them, so 0 packets/s.
     for row in [

@@ -167,17 +167,11 @@ impl Convergence {
     }
 }
 
-/// (max − min) / mean of `loads` at the given cores (0 for an idle set).
-pub fn spread(loads: &[f64], cores: &[usize]) -> f64 {
-    let pick = || cores.iter().map(|&c| loads[c]);
-    let max = pick().fold(0.0, f64::max);
-    let min = pick().fold(f64::MAX, f64::min);
-    let mean = pick().sum::<f64>() / cores.len().max(1) as f64;
-    if mean > 0.0 {
-        (max - min) / mean
-    } else {
-        0.0
-    }
+/// [`imbalance_ratio`](crate::measure::imbalance_ratio) of `loads` at the
+/// given cores (0 for an idle set).
+pub fn imbalance(loads: &[f64], cores: &[usize]) -> f64 {
+    let picked: Vec<f64> = cores.iter().map(|&c| loads[c]).collect();
+    crate::measure::imbalance_ratio(&picked)
 }
 
 /// Starts from the static `equal` table and feeds `round` (a rebalancing

@@ -321,7 +321,7 @@ fn makespan(c: &Convergence) -> f64 {
 #[test]
 fn quality_on_skewed_workloads() {
     let mut seed = 2019;
-    let (mut worst_ratio, mut worst_spread, mut total_moves, mut cases) = (1.0f64, 0.0f64, 0, 0);
+    let (mut worst_ratio, mut worst_imbalance, mut total_moves, mut cases) = (1.0f64, 0.0f64, 0, 0);
     for (cores, buckets) in synthetic::QUALITY_SHAPES {
         for average in synthetic::QUALITY_LOADS {
             for kind in synthetic::Skew::ALL {
@@ -330,25 +330,25 @@ fn quality_on_skewed_workloads() {
                 let c = converge(&demand, cores, 3);
                 let bound = makespan_lower_bound(&demand, cores);
                 let ratio = makespan(&c) / bound;
-                let spread = synthetic::spread(&c.load_after, &c.shared_cores());
+                let imbalance = synthetic::imbalance(&c.load_after, &c.shared_cores());
                 let case = format!("{cores}×{buckets} avg {average} {kind:?}");
                 assert!(
                     ratio <= 1.01,
                     "{case}: makespan {:.4} vs bound {bound:.4}",
                     makespan(&c)
                 );
-                assert!(spread <= 0.03, "{case}: spread {spread:.4}");
+                assert!(imbalance <= 0.03, "{case}: imbalance {imbalance:.4}");
                 assert!(c.rounds <= 3, "{case}: {} rounds", c.rounds);
                 // Few moves: well under half the table even from the static table.
                 assert!(c.moves < buckets / 2, "{case}: {} moves", c.moves);
                 worst_ratio = worst_ratio.max(ratio);
-                worst_spread = worst_spread.max(spread);
+                worst_imbalance = worst_imbalance.max(imbalance);
                 total_moves += c.moves;
                 cases += 1;
             }
         }
     }
-    eprintln!("{cases} cases: worst makespan/optimum {worst_ratio:.4}, worst spread {worst_spread:.4}, {total_moves} moves");
+    eprintln!("{cases} cases: worst makespan/optimum {worst_ratio:.4}, worst imbalance {worst_imbalance:.4}, {total_moves} moves");
 }
 
 /// Exact optimum makespan of a small instance by exhaustive search.

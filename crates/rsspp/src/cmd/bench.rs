@@ -102,10 +102,11 @@ struct ShapeResult {
     static_makespan_ratio: f64,
     /// Worst (most loaded core / lower bound of the optimum) after rebalancing.
     makespan_ratio: f64,
-    /// Worst (max − min) / mean over the cores without an isolated elephant, static table.
-    static_spread: f64,
+    /// Worst imbalance ((max − min) / min) of the cores without an isolated
+    /// elephant, static table.
+    static_imbalance: f64,
     /// Same after rebalancing.
-    spread: f64,
+    imbalance: f64,
     /// Mean buckets moved in all rounds, as a fraction of the table.
     moved_fraction: f64,
     /// Most rounds with moves before a round moved nothing.
@@ -143,8 +144,8 @@ fn run_shape(cores: usize, buckets: usize, args: &BenchBalanceArgs) -> ShapeResu
         cases: 0,
         static_makespan_ratio: 0.0,
         makespan_ratio: 0.0,
-        static_spread: 0.0,
-        spread: 0.0,
+        static_imbalance: 0.0,
+        imbalance: 0.0,
         moved_fraction: 0.0,
         max_rounds: 0,
         first_round_us_median: 0.0,
@@ -174,10 +175,12 @@ fn run_shape(cores: usize, buckets: usize, args: &BenchBalanceArgs) -> ShapeResu
                 r.cases += 1;
                 r.static_makespan_ratio = r.static_makespan_ratio.max(max(&c.load_before) / bound);
                 r.makespan_ratio = r.makespan_ratio.max(max(&c.load_after) / bound);
-                r.static_spread = r
-                    .static_spread
-                    .max(synthetic::spread(&c.load_before, &shared));
-                r.spread = r.spread.max(synthetic::spread(&c.load_after, &shared));
+                r.static_imbalance = r
+                    .static_imbalance
+                    .max(synthetic::imbalance(&c.load_before, &shared));
+                r.imbalance = r
+                    .imbalance
+                    .max(synthetic::imbalance(&c.load_after, &shared));
                 r.moved_fraction += c.moves as f64 / buckets as f64;
                 r.max_rounds = r.max_rounds.max(c.rounds);
             }
@@ -320,7 +323,7 @@ fn run_balance(args: &BenchBalanceArgs) -> Result<(), CliError> {
         serde_json::to_string_pretty(&results).expect("serialises") + "\n"
     } else {
         let mut t = String::from(
-            "cores × buckets  cases  makespan/optimum        spread (non-elephant)   moved    rounds  first round  converged\n\
+            "cores × buckets  cases  makespan/optimum        imbalance (non-eleph.)  moved    rounds  first round  converged\n\
              \x20                       static → balanced       static → balanced       (table)  (max)   (median µs)  (median µs)\n",
         );
         for r in &results {
@@ -331,8 +334,8 @@ fn run_balance(args: &BenchBalanceArgs) -> Result<(), CliError> {
                 r.cases,
                 r.static_makespan_ratio,
                 r.makespan_ratio,
-                r.static_spread * 100.0,
-                r.spread * 100.0,
+                r.static_imbalance * 100.0,
+                r.imbalance * 100.0,
                 r.moved_fraction * 100.0,
                 r.max_rounds,
                 r.first_round_us_median,
@@ -340,7 +343,7 @@ fn run_balance(args: &BenchBalanceArgs) -> Result<(), CliError> {
             );
         }
         t += "makespan/optimum: most loaded core over max(heaviest bucket, mean load), the worst case of each shape;\n\
-              spread: (max - min) / mean of the cores not holding an isolated elephant, worst case.\n";
+              imbalance: (max - min) / min of the cores not holding an isolated elephant, worst case.\n";
         t
     };
     std::io::stdout()

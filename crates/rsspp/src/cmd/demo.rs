@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use rsspp_core::balance::synthetic::{measure, SplitMix64};
+use rsspp_core::measure::imbalance_ratio;
 use rsspp_core::{BalanceConfig, ControlConfig, ControlLoop, IndirectionTable, ScalingAction};
 
 use crate::error::CliError;
@@ -80,12 +81,11 @@ fn bar(load: f64) -> String {
     )
 }
 
+/// The most loaded core's load, and the imbalance of the given cores.
 fn summary(true_load: &[f64], active: &[usize]) -> (f64, f64) {
     let loads: Vec<f64> = active.iter().map(|&c| true_load[c]).collect();
     let max = loads.iter().cloned().fold(0.0, f64::max);
-    let min = loads.iter().cloned().fold(f64::MAX, f64::min);
-    let mean = loads.iter().sum::<f64>() / loads.len() as f64;
-    (max, (max - min) / mean)
+    (max, imbalance_ratio(&loads))
 }
 
 fn print_loads(o: &mut String, true_load: &[f64], active: &[usize]) {
@@ -218,14 +218,14 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
     outln!(o);
     outln!(
         o,
-        "most loaded core: {max_before:.2} -> {max_after:.2}; (max - min) / mean over active cores: {:.0}% -> {:.0}%",
+        "most loaded core: {max_before:.2} -> {max_after:.2}; imbalance (max - min) / min over active cores: {:.0}% -> {:.0}%",
         spread_before * 100.0,
         spread_after * 100.0
     );
     if !elephant_cores.is_empty() {
         outln!(
         o,
-            "cores {elephant_cores:?} each serve one elephant bucket alone; the other {} cores are within {:.1}% of each other",
+            "cores {elephant_cores:?} each serve one elephant bucket alone; the other {} cores: imbalance {:.1}%",
             others.len(),
             spread_others * 100.0
         );

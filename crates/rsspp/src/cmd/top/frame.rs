@@ -246,7 +246,7 @@ fn imbalance(r: f64) -> String {
     } else if r.is_infinite() {
         "∞ (a CPU idle beside busy ones)".into()
     } else {
-        format!("{r:.2}")
+        format!("{:.0}%", r * 100.0)
     }
 }
 
@@ -574,7 +574,7 @@ mod tests {
         );
         // Bucket 3 moved from CPU 1 to CPU 0.
         assert!(text.contains("    0 0 1 0 0*"), "{text}");
-        assert!(text.contains("imbalance 0.25"), "{text}");
+        assert!(text.contains("imbalance 25%"), "{text}");
     }
 
     #[test]
