@@ -8,6 +8,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::rand::SplitMix64;
+
 /// Index of a core (a receive queue, a CPU) as the table names it.
 pub type CoreId = usize;
 
@@ -294,6 +296,30 @@ impl IndirectionTable {
         Ok(MigrationPlan { moves })
     }
 
+    /// A plan moving `count` distinct buckets, drawn at random, each to
+    /// another of `cores` cores drawn at random (fewer when the table is
+    /// smaller; none with fewer than two cores). Churn for testing what
+    /// migration does to traffic, whatever the load.
+    pub fn random_plan(&self, count: usize, cores: usize, rng: &mut SplitMix64) -> MigrationPlan {
+        if cores < 2 {
+            return MigrationPlan::default();
+        }
+        let mut buckets: Vec<usize> = (0..self.len()).collect();
+        rng.shuffle(&mut buckets);
+        let moves = buckets
+            .into_iter()
+            .take(count)
+            .map(|bucket| {
+                let from = self.entries[bucket];
+                // Uniform over the other cores: skip `from`.
+                let pick = rng.below(cores - 1);
+                let to = if pick >= from { pick + 1 } else { pick };
+                BucketMove { bucket, from, to }
+            })
+            .collect();
+        MigrationPlan { moves }
+    }
+
     /// Applies a plan after checking it against `cores` cores; on error the
     /// table is unchanged.
     pub fn apply(&mut self, plan: &MigrationPlan, cores: usize) -> Result<(), RetaError> {
@@ -314,6 +340,25 @@ impl fmt::Debug for IndirectionTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn random_plans_move_distinct_buckets_to_other_cores() {
+        let table = IndirectionTable::equal(128, 4).unwrap();
+        let mut rng = SplitMix64::new(7);
+        let mut seen_targets = [false; 4];
+        for _ in 0..50 {
+            let plan = table.random_plan(10, 4, &mut rng);
+            assert_eq!(plan.moves.len(), 10);
+            plan.validate(&table, 4).unwrap();
+            assert!(plan.moves.iter().all(|m| m.from != m.to && m.to < 4));
+            for m in &plan.moves {
+                seen_targets[m.to] = true;
+            }
+        }
+        assert_eq!(seen_targets, [true; 4]);
+        assert_eq!(table.random_plan(500, 4, &mut rng).moves.len(), 128);
+        assert!(table.random_plan(5, 1, &mut rng).is_empty());
+    }
 
     #[test]
     fn sizes() {

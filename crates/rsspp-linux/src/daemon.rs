@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 
 use rsspp_core::control::ControlError;
 use rsspp_core::measure::{imbalance_ratio, load_from_busy};
+use rsspp_core::rand::SplitMix64;
 use rsspp_core::reta::RetaError;
-use rsspp_core::{ControlConfig, ControlLoop, IndirectionTable, ScalingAction};
+use rsspp_core::{ControlConfig, ControlLoop, IndirectionTable, MigrationPlan, ScalingAction};
 use tracing::{debug, info};
 
 use crate::cpu::{BusyClock, CpuError};
@@ -78,6 +79,11 @@ pub struct DaemonConfig {
     pub balance: bool,
     /// How a target's load is derived from the busy clock.
     pub load: LoadModel,
+    /// Buckets moved at random every round, whatever the load (`--churn`):
+    /// a test of what migration does to the traffic. 0: none.
+    pub churn: usize,
+    /// Seed of the churn's random choices.
+    pub churn_seed: u64,
 }
 
 /// How the daemon turns busy time into each target's load.
@@ -149,6 +155,49 @@ pub struct Daemon<D: DataPath, B: BusyClock> {
     next: Duration,
     migrations: u64,
     rounds: u64,
+    churn_rng: SplitMix64,
+}
+
+/// The moves grouped by CPU pair, most first: "0->1 x3, 2->1 x1".
+fn cpu_pairs(moves: &[Move]) -> String {
+    let mut pairs: Vec<((u32, u32), usize)> = Vec::new();
+    for m in moves {
+        match pairs.iter_mut().find(|(p, _)| *p == (m.from, m.to)) {
+            Some((_, n)) => *n += 1,
+            None => pairs.push(((m.from, m.to), 1)),
+        }
+    }
+    pairs.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let shown: Vec<String> = pairs
+        .iter()
+        .take(8)
+        .map(|((from, to), n)| format!("cpu {from}->{to} x{n}"))
+        .collect();
+    let more = pairs.len().saturating_sub(shown.len());
+    if more > 0 {
+        format!("{}, {more} more pairs", shown.join(", "))
+    } else {
+        shown.join(", ")
+    }
+}
+
+/// A ratio as a percentage for the log ("inf" when a CPU idles beside busy
+/// ones).
+fn percent(ratio: f64) -> String {
+    if ratio.is_finite() {
+        format!("{:.1}%", ratio * 100.0)
+    } else {
+        "inf".into()
+    }
+}
+
+/// ", cpu N added" / ", cpu N removed" for the round's log line.
+fn scaling_note(scaling: ScalingAction, targets: &[u32]) -> String {
+    match scaling {
+        ScalingAction::Add(c) => format!(", cpu {} added", targets[c]),
+        ScalingAction::Remove(c) => format!(", cpu {} removed", targets[c]),
+        ScalingAction::None | ScalingAction::NoSpareCore => String::new(),
+    }
 }
 
 /// `table` with each core replaced by its target.
@@ -193,6 +242,7 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
         let mut last_busy = vec![0; n];
         clock.busy_ns(&config.targets, &mut last_busy)?;
         let interval = config.control.interval;
+        let config_seed = config.churn_seed;
         Ok(Self {
             control: ControlLoop::new(config.control),
             config,
@@ -207,6 +257,7 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
             next: now + interval,
             migrations: 0,
             rounds: 0,
+            churn_rng: SplitMix64::new(config_seed),
         })
     }
 
@@ -255,6 +306,39 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
     /// Gives the data path back (to detach it).
     pub fn into_datapath(self) -> D {
         self.datapath
+    }
+
+    /// Writes `table` (control-loop core numbers), reached from the table
+    /// in use by `plan`, to the data path; on success it is the table in use.
+    fn write(&mut self, table: &IndirectionTable, plan: &MigrationPlan) -> Result<(), D::Error> {
+        let written = in_targets(table, &self.config.targets);
+        let changed: Vec<usize> = plan.moves.iter().map(|m| m.bucket).collect();
+        self.datapath.write_table(&written, &changed)?;
+        self.table = table.clone();
+        self.written = written;
+        Ok(())
+    }
+
+    /// `plan`'s moves in target numbers; each logged at debug level.
+    fn moves_of(&self, plan: &MigrationPlan) -> Vec<Move> {
+        let targets = &self.config.targets;
+        plan.moves
+            .iter()
+            .map(|m| {
+                let mv = Move {
+                    bucket: m.bucket,
+                    from: targets[m.from],
+                    to: targets[m.to],
+                };
+                debug!(
+                    bucket = mv.bucket,
+                    from = mv.from,
+                    to = mv.to,
+                    "moved bucket"
+                );
+                mv
+            })
+            .collect()
     }
 
     /// Runs the round due at `now`: measures the interval since the last
@@ -314,9 +398,11 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
         self.last_at = now;
         self.rounds += 1;
 
+        let imbalance = imbalance_ratio(&pps);
         let mut moves = Vec::new();
         let mut scaling = ScalingAction::None;
         let mut solve = Duration::ZERO;
+        let mut churned = 0;
         if self.config.balance {
             let started = Instant::now();
             let tick = self
@@ -328,9 +414,7 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
             self.next = now + tick.next_interval;
             let plan = &tick.outcome.plan;
             if !plan.is_empty() {
-                let table = in_targets(&tick.outcome.table, &self.config.targets);
-                let changed: Vec<usize> = plan.moves.iter().map(|m| m.bucket).collect();
-                if let Err(e) = self.datapath.write_table(&table, &changed) {
+                if let Err(e) = self.write(&tick.outcome.table, plan) {
                     // The data path kept the old table, which is still in
                     // use: the loop forgets the plan and tries again next
                     // round.
@@ -339,29 +423,62 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
                     return Err(DaemonError::Table(e));
                 }
                 self.control.commit().map_err(DaemonError::Control)?;
-                self.table = tick.outcome.table.clone();
-                self.written = table;
-                for m in &plan.moves {
-                    let mv = Move {
-                        bucket: m.bucket,
-                        from: self.config.targets[m.from],
-                        to: self.config.targets[m.to],
-                    };
-                    info!(
-                        bucket = mv.bucket,
-                        from = mv.from,
-                        to = mv.to,
-                        "moved bucket"
-                    );
-                    moves.push(mv);
-                }
-                self.migrations += moves.len() as u64;
+                moves = self.moves_of(plan);
+                let after: Vec<f64> = tick
+                    .outcome
+                    .active_cores
+                    .iter()
+                    .map(|&c| tick.outcome.load_after[c])
+                    .collect();
+                info!(
+                    "round {}: moved {} bucket{} ({}); load imbalance {} -> {} predicted{}",
+                    self.rounds,
+                    moves.len(),
+                    if moves.len() == 1 { "" } else { "s" },
+                    cpu_pairs(&moves),
+                    percent(tick.imbalance),
+                    percent(imbalance_ratio(&after)),
+                    scaling_note(scaling, &self.config.targets),
+                );
+            } else if let Some(d) = tick.dropped {
+                debug!(
+                    moves = d.moves,
+                    imbalance = tick.imbalance,
+                    predicted = d.predicted_imbalance,
+                    "plan dropped: predicted improvement below --min-improvement"
+                );
             }
         } else {
             self.next = now + self.config.control.interval;
         }
-        let imbalance = imbalance_ratio(&pps);
-        debug!(?load, ?pps, imbalance, moved = moves.len(), "round");
+        if self.config.churn > 0 {
+            let n = self.config.targets.len();
+            let plan = self
+                .table
+                .random_plan(self.config.churn, n, &mut self.churn_rng);
+            let mut table = self.table.clone();
+            table.apply(&plan, n).map_err(DaemonError::Reta)?;
+            self.write(&table, &plan).map_err(DaemonError::Table)?;
+            let churn = self.moves_of(&plan);
+            churned = churn.len();
+            info!(
+                "round {}: churn moved {} bucket{} at random ({})",
+                self.rounds,
+                churned,
+                if churned == 1 { "" } else { "s" },
+                cpu_pairs(&churn)
+            );
+            moves.extend(churn);
+        }
+        self.migrations += moves.len() as u64;
+        debug!(
+            ?load,
+            ?pps,
+            imbalance,
+            moved = moves.len(),
+            churned,
+            "round"
+        );
         Ok(Round {
             at: now,
             interval,
@@ -503,12 +620,23 @@ mod tests {
         balance: bool,
         load: LoadModel,
     ) -> Result<FakeDaemon, DaemonError<Busy>> {
+        start_churning(machine, balance, load, 0)
+    }
+
+    fn start_churning(
+        machine: &Rc<RefCell<FakeMachine>>,
+        balance: bool,
+        load: LoadModel,
+        churn: usize,
+    ) -> Result<FakeDaemon, DaemonError<Busy>> {
         let config = DaemonConfig {
             targets: machine.borrow().targets.clone(),
             reta_size: 128,
             control: ControlConfig::default(),
             balance,
             load,
+            churn,
+            churn_seed: 1,
         };
         Daemon::start(
             config,
@@ -584,6 +712,27 @@ mod tests {
     }
 
     #[test]
+    fn churn_moves_random_buckets_every_round_and_counts_them() {
+        let m = FakeMachine::new(&[0, 1, 2], vec![1_000.0; 128]);
+        let mut d = start_churning(&m, false, LoadModel::Measured, 5).unwrap();
+        let mut moved = std::collections::BTreeSet::new();
+        for round in 1..=4 {
+            let before = d.table().to_vec();
+            let r = step(&mut d, &m).unwrap();
+            assert_eq!(r.moves.len(), 5);
+            for mv in &r.moves {
+                assert_eq!(before[mv.bucket], mv.from);
+                assert_ne!(mv.from, mv.to);
+                assert_eq!(d.table()[mv.bucket], mv.to);
+                moved.insert(mv.bucket);
+            }
+            assert_eq!(d.migrations(), 5 * round);
+            assert_eq!(m.borrow().table, d.table(), "written to the data path");
+        }
+        assert!(moved.len() > 5, "the same buckets every round: {moved:?}");
+    }
+
+    #[test]
     fn a_refused_write_keeps_the_table_and_is_retried() {
         let m = FakeMachine::new(&[0, 1], skewed());
         let mut d = start(&m, true).unwrap();
@@ -630,6 +779,8 @@ mod tests {
             control: ControlConfig::default(),
             balance: true,
             load: LoadModel::Measured,
+            churn: 0,
+            churn_seed: 1,
         };
         let e = Daemon::start(config, Handle(Rc::clone(&m)), Handle(m), Duration::ZERO)
             .err()

@@ -118,6 +118,9 @@ pub struct ServiceConfig {
     pub keep: bool,
     /// Stop after this long; `None` runs until the stop flag.
     pub duration: Option<Duration>,
+    /// Buckets moved at random every round, whatever the load: a test of
+    /// what migration does to the traffic (0: none).
+    pub churn: usize,
 }
 
 impl ServiceConfig {
@@ -140,6 +143,24 @@ impl ServiceConfig {
             force: false,
             keep: false,
             duration: None,
+            churn: 0,
+        }
+    }
+
+    /// The daemon's settings over `targets` and a table of `reta_size`
+    /// buckets.
+    fn daemon(&self, targets: Vec<u32>, reta_size: usize) -> DaemonConfig {
+        DaemonConfig {
+            targets,
+            reta_size,
+            control: self.control,
+            balance: self.balance,
+            load: self.load_source.model(),
+            churn: self.churn,
+            // Different buckets each run; the moves are logged.
+            churn_seed: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64),
         }
     }
 
@@ -478,13 +499,7 @@ fn start_software(
         }
     };
     let path = SoftwarePath::new(xdp, targets.clone());
-    let daemon = DaemonConfig {
-        targets,
-        reta_size,
-        control: config.control,
-        balance: config.balance,
-        load: config.load_source.model(),
-    };
+    let daemon = config.daemon(targets, reta_size);
     // On error the data path is dropped, which detaches the program.
     Ok(Daemon::start(daemon, path, clock, started.elapsed())?)
 }
@@ -532,13 +547,7 @@ fn start_hardware(
     let mut xdp = load_counter(&options)?;
     xdp.attach()?;
     let path = HardwarePath::new(xdp, nic, targets.clone())?;
-    let daemon = DaemonConfig {
-        targets,
-        reta_size: size,
-        control: config.control,
-        balance: config.balance,
-        load: config.load_source.model(),
-    };
+    let daemon = config.daemon(targets, size);
     let clock: Clock = Box::<ProcStat>::default();
     Ok(Daemon::start(daemon, path, clock, started.elapsed())?)
 }

@@ -1,6 +1,6 @@
 //! Errors the command-line tool reports: one line each, naming the problem.
 
-use rsspp_core::balance::BalanceError;
+use rsspp_core::balance::{BalanceError, Setting};
 use rsspp_core::bench_state::BenchStateError;
 use rsspp_core::reta::RetaError;
 use rsspp_core::toeplitz::KeyError;
@@ -128,6 +128,26 @@ pub enum CliError {
 }
 
 impl CliError {
+    /// A knob core refused ([`BalanceError::BadConfig`]), named by the
+    /// option it came from: `option_of` gives the option and the value typed
+    /// for a setting, or `None` for a knob the command does not expose.
+    pub fn setting(
+        e: BalanceError,
+        option_of: impl Fn(Setting) -> Option<(&'static str, String)>,
+    ) -> Self {
+        match e {
+            BalanceError::BadConfig { setting, expected } => match option_of(setting) {
+                Some((flag, value)) => CliError::OutOfRange {
+                    flag,
+                    expected: expected.into(),
+                    value,
+                },
+                None => CliError::Balance(BalanceError::BadConfig { setting, expected }),
+            },
+            other => CliError::Balance(other),
+        }
+    }
+
     /// Wraps an output error, keeping a closed pipe apart.
     pub fn output(source: std::io::Error) -> Self {
         if source.kind() == std::io::ErrorKind::BrokenPipe {

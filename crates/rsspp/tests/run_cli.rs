@@ -60,7 +60,7 @@ fn bad_options_are_refused_before_anything_is_touched() {
         ),
         (
             &["--iface", "lo", "--interval-ms", "0"],
-            "--interval-ms must be between 1 and 10000",
+            "--interval-ms must be between 1 ms and 10 s, got 0",
         ),
         (
             &["--iface", "lo", "--max-interval-ms", "50"],
@@ -77,6 +77,14 @@ fn bad_options_are_refused_before_anything_is_touched() {
         (
             &["--iface", "lo", "--duration", "-1"],
             "--duration must be a positive number",
+        ),
+        (
+            &["--iface", "lo", "--min-improvement", "1.5"],
+            "--min-improvement must be in [0, 1), got 1.5",
+        ),
+        (
+            &["--iface", "lo", "--min-dwell-ms", "7200000"],
+            "--min-dwell-ms must be at most an hour, got 7200000",
         ),
         (
             &[

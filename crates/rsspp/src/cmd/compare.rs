@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
-use rsspp_core::{BalanceConfig, BalanceError, ControlConfig, Setting};
+use rsspp_core::{BalanceConfig, ControlConfig, Setting};
 use rsspp_sim::compare::{compare, CompareConfig, Progress};
 use rsspp_sim::cost::{StateAccess, StateTable};
 use rsspp_sim::engine::EngineConfig;
@@ -209,22 +209,13 @@ fn check_control(args: &CompareArgs) -> Result<(), CliError> {
         },
         ..defaults
     };
-    let out_of_range = |flag, expected: &'static str, value: String| CliError::OutOfRange {
-        flag,
-        expected: expected.into(),
-        value,
-    };
-    control.validate().map_err(|e| match e {
-        BalanceError::BadConfig {
-            setting: Setting::Interval,
-            expected,
-        } => out_of_range("--interval-ms", expected, args.interval_ms.to_string()),
-        BalanceError::BadConfig {
-            setting: Setting::TargetLoad,
-            expected,
-        } => out_of_range("--target-load", expected, args.target_load.to_string()),
-        // Every other knob keeps core's default, which is valid.
-        other => CliError::Balance(other),
+    control.validate().map_err(|e| {
+        CliError::setting(e, |setting| match setting {
+            Setting::Interval => Some(("--interval-ms", args.interval_ms.to_string())),
+            Setting::TargetLoad => Some(("--target-load", args.target_load.to_string())),
+            // Every other knob keeps core's default, which is valid.
+            _ => None,
+        })
     })
 }
 

@@ -104,6 +104,23 @@ pub struct RunArgs {
         allow_negative_numbers = true
     )]
     tolerance: f64,
+    /// Make a rebalancing plan only if it is predicted to lower the
+    /// imbalance by at least this fraction (0.25: by a quarter; 0: any
+    /// plan, as in the paper). Keeps the daemon from chasing noise.
+    #[arg(
+        long,
+        default_value_t = 0.25,
+        value_name = "X",
+        allow_negative_numbers = true
+    )]
+    min_improvement: f64,
+    /// A moved bucket stays on its new CPU at least this long.
+    #[arg(long, default_value_t = 1000, value_name = "MS")]
+    min_dwell_ms: u64,
+    /// Also move N random buckets every round, whatever the load: a test of
+    /// what migration does to the traffic (counted as migrations).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    churn: usize,
     /// Count and report only: never move a bucket.
     #[arg(long)]
     no_balance: bool,
@@ -111,7 +128,7 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value = "native")]
     xdp_mode: XdpModeArg,
     /// What a CPU's load is measured from.
-    #[arg(long, value_enum, default_value = "cpu")]
+    #[arg(long, value_enum, default_value = "packets")]
     load_source: LoadArg,
     /// Where to serve the metrics (Prometheus text format, /metrics).
     #[arg(long, default_value = "127.0.0.1:9464", value_name = "ADDR")]
@@ -159,6 +176,8 @@ fn check(args: &RunArgs) -> Result<ServiceConfig, CliError> {
     control.balance.autoscale = args.autoscale;
     control.balance.target_load = args.target_load;
     control.balance.tolerance = args.tolerance;
+    control.min_improvement = args.min_improvement;
+    control.min_dwell = Duration::from_millis(args.min_dwell_ms);
     control.validate().map_err(|e| bad_option(args, e))?;
     let duration = match args.duration {
         Some(s) if s.is_finite() && s > 0.0 && s <= 1e7 => Some(Duration::from_secs_f64(s)),
@@ -206,6 +225,7 @@ fn check(args: &RunArgs) -> Result<ServiceConfig, CliError> {
         force: args.force,
         keep: args.keep,
         duration,
+        churn: args.churn,
     };
     config.validate().map_err(|e| match e {
         ConfigError::Control(e) => bad_option(args, e),
@@ -220,24 +240,17 @@ fn check(args: &RunArgs) -> Result<ServiceConfig, CliError> {
 /// A setting core refused, named by the option it came from, with the
 /// value given.
 fn bad_option(args: &RunArgs, e: BalanceError) -> CliError {
-    let BalanceError::BadConfig { setting, expected } = e else {
-        return CliError::Balance(e);
-    };
-    CliError::Invalid(match setting {
-        Setting::Interval => format!(
-            "--interval-ms must be between 1 and 10000, got {}",
-            args.interval_ms
-        ),
-        Setting::MaxInterval => format!(
-            "--max-interval-ms must be between --interval-ms ({}) and 60000, got {}",
-            args.interval_ms, args.max_interval_ms
-        ),
-        Setting::Tolerance => format!("--tolerance must be {expected}, got {}", args.tolerance),
-        Setting::TargetLoad => {
-            format!("--target-load must be {expected}, got {}", args.target_load)
-        }
-        // Not options of `rsspp run`: left at core's defaults.
-        other => format!("{other} must be {expected}"),
+    CliError::setting(e, |setting| {
+        Some(match setting {
+            Setting::Interval => ("--interval-ms", args.interval_ms.to_string()),
+            Setting::MaxInterval => ("--max-interval-ms", args.max_interval_ms.to_string()),
+            Setting::Tolerance => ("--tolerance", args.tolerance.to_string()),
+            Setting::TargetLoad => ("--target-load", args.target_load.to_string()),
+            Setting::MinImprovement => ("--min-improvement", args.min_improvement.to_string()),
+            Setting::MinDwell => ("--min-dwell-ms", args.min_dwell_ms.to_string()),
+            // Not options of `rsspp run`: left at core's defaults.
+            _ => return None,
+        })
     })
 }
 
@@ -247,7 +260,10 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
     // The process's signals are the front end's business: the service
     // only watches the flag.
     let stop = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+    // SIGHUP (the terminal or SSH session went away) and SIGQUIT end the
+    // daemon as SIGTERM does: it detaches and restores on the way out.
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
+    for signal in [SIGINT, SIGTERM, SIGHUP, SIGQUIT] {
         signal_hook::flag::register(signal, Arc::clone(&stop))
             .map_err(|e| CliError::Invalid(format!("cannot handle signal {signal}: {e}")))?;
     }
