@@ -286,3 +286,47 @@ fn the_daemon_balances_two_elephants_over_two_cpus() {
     assert_eq!(ns.xdp_of(DUT), None, "the daemon detached on SIGTERM");
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// Waits for the daemon to exit by itself, at most `within`.
+fn exits_within(daemon: &mut Daemon, within: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if let Some(status) = daemon.child.try_wait().unwrap() {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+#[test]
+fn a_hangup_or_quit_detaches_like_a_terminate() {
+    if !ready() {
+        return;
+    }
+    let dir = scratch();
+    let ns = Netns::with_veth("daemon-hup");
+    ns.ip(&["link", "set", "lo", "up"]);
+    let port = 19_465;
+    for (signal, name) in [(libc::SIGHUP, "SIGHUP"), (libc::SIGQUIT, "SIGQUIT")] {
+        let mut daemon = Daemon::start(&ns, port, &[], dir.join(format!("{name}.log")));
+        wait_for_metrics(&ns, port, &daemon);
+        // The metrics port is bound before the program is attached.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while ns.xdp_of(DUT).is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "never attached:\n{}",
+                daemon.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // SAFETY: kill on our own child's pid.
+        unsafe { libc::kill(daemon.child.id() as i32, signal) };
+        let status = exits_within(&mut daemon, Duration::from_secs(5))
+            .unwrap_or_else(|| panic!("still running 5 s after {name}:\n{}", daemon.log()));
+        assert!(status.success(), "{name}: {status}\n{}", daemon.log());
+        assert_eq!(ns.xdp_of(DUT), None, "{name} left the program attached");
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
