@@ -16,6 +16,15 @@ pub enum SimError {
         /// The names that exist, comma-separated.
         known: String,
     },
+    /// A table size or core count the indirection table refuses.
+    #[error(transparent)]
+    Table(#[from] rsspp_core::reta::RetaError),
+    /// The migration coordinator refused its table.
+    #[error(transparent)]
+    Migration(#[from] rsspp_core::state::migration::MigrationError),
+    /// A Reframer setting out of range.
+    #[error(transparent)]
+    Reframer(#[from] rsspp_core::reframer::ReframerError),
     /// The generator refused its options.
     #[error(transparent)]
     Trace(rsspp_trace::TraceError),
@@ -47,11 +56,4 @@ pub enum SimError {
         /// What went wrong.
         message: String,
     },
-}
-
-/// A Reframer setting out of range is an invalid option (same message).
-impl From<rsspp_core::reframer::ReframerError> for SimError {
-    fn from(e: rsspp_core::reframer::ReframerError) -> Self {
-        SimError::InvalidOption(e.to_string())
-    }
 }

@@ -138,9 +138,9 @@ mod tests {
     }
 
     #[test]
-    fn a_bad_setting_is_an_invalid_option() {
+    fn a_bad_setting_is_wrapped_with_its_message() {
         let e = SimError::from(ReframerConfig::new(0).unwrap_err());
-        assert!(matches!(e, SimError::InvalidOption(_)), "{e:?}");
+        assert!(matches!(e, SimError::Reframer(_)), "{e:?}");
         assert!(e.to_string().contains("between 1 and 10000 µs"), "{e}");
     }
 }

@@ -72,13 +72,7 @@ fn ipv6_udp() -> Vec<u8> {
 
 fn measure(args: &BenchXdpArgs) -> Result<Vec<Case>, CliError> {
     // Two CPUs at most: the cost does not depend on how many the table names.
-    let cpus: Vec<u32> = CpuList::online()
-        .map_err(|e| CliError::Invalid(e.to_string()))?
-        .cpus()
-        .iter()
-        .copied()
-        .take(2)
-        .collect();
+    let cpus: Vec<u32> = CpuList::online()?.cpus().iter().copied().take(2).collect();
     let mut opts = XdpOptions::new("lo");
     opts.reta_size = args.reta_size;
     opts.default_cpu = cpus[0];

@@ -106,6 +106,9 @@ pub enum CliError {
     /// The simulator refused the settings or could not run.
     #[error(transparent)]
     Sim(#[from] rsspp_sim::SimError),
+    /// The daemon's settings do not fit together.
+    #[error(transparent)]
+    ServiceConfig(rsspp_linux::service::ConfigError),
     /// Loading, attaching or running the XDP programs failed.
     #[error(transparent)]
     Xdp(#[from] rsspp_linux::xdp::XdpError),

@@ -220,8 +220,7 @@ impl AffinityAccept {
                 cores,
                 config.queue_size,
                 config.table_update_ns,
-            )
-            .map_err(|e| SimError::InvalidOption(e.to_string()))?,
+            )?,
             accept: vec![AcceptQueue::new(options.accept_queue); cores],
             stealers: (0..cores).map(|c| Stealer::new(c, cores)).collect(),
             backlog: vec![VecDeque::new(); cores],

@@ -19,8 +19,7 @@ pub struct Rss {
 impl Rss {
     /// Static RSS over `config.cores` cores.
     pub fn new(config: &PolicyConfig) -> Result<Self, SimError> {
-        let table = IndirectionTable::equal(config.reta_size, config.cores)
-            .map_err(|e| SimError::InvalidOption(e.to_string()))?;
+        let table = IndirectionTable::equal(config.reta_size, config.cores)?;
         Ok(Self {
             table,
             topology: Topology::hardware(config.cores, config.queue_size),

@@ -133,9 +133,8 @@ impl RssPlusPlus {
     /// over all of them (with autoscale, cores are then released as the
     /// load allows, one per round).
     pub fn new(config: &PolicyConfig) -> Result<Self, SimError> {
-        let invalid = |e: &dyn std::fmt::Display| SimError::InvalidOption(e.to_string());
         let cores = config.cores;
-        let table = IndirectionTable::equal(config.reta_size, cores).map_err(|e| invalid(&e))?;
+        let table = IndirectionTable::equal(config.reta_size, cores)?;
         let mut control_config = ControlConfig {
             interval: Duration::from_nanos(config.interval_ns),
             ..ControlConfig::default()
@@ -149,8 +148,7 @@ impl RssPlusPlus {
         let workers = (0..cores)
             .map(|c| BucketWorker::new(c, &table, tables, Recorder::default()))
             .collect();
-        let coordinator =
-            MigrationCoordinator::new(table.clone(), cores).map_err(|e| invalid(&e))?;
+        let coordinator = MigrationCoordinator::new(table.clone(), cores)?;
         let mut active = vec![false; cores];
         for c in table.cores_in_use() {
             active[c] = true;

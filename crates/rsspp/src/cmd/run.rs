@@ -232,7 +232,7 @@ fn check(args: &RunArgs) -> Result<ServiceConfig, CliError> {
         ConfigError::SteeredNeedsSoftware => CliError::Invalid(
             "--load-source steered measures CPUMAP threads, which only software mode has".into(),
         ),
-        other => CliError::Invalid(other.to_string()),
+        other => CliError::ServiceConfig(other),
     })?;
     Ok(config)
 }
