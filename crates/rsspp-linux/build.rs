@@ -9,7 +9,14 @@ const SOURCE: &str = "src/bpf/rsspp.bpf.c";
 
 fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
-    let mut args = vec!["-O2".to_string(), "-Wall".into(), "-Werror".into()];
+    // v3: the atomic exchange and fetch-and-add of the order-preserving
+    // moves (Linux 5.12+).
+    let mut args = vec![
+        "-O2".to_string(),
+        "-Wall".into(),
+        "-Werror".into(),
+        "-mcpu=v3".into(),
+    ];
     // <linux/types.h> includes <asm/types.h>, which Debian keeps under the
     // multiarch directory that `clang -target bpf` does not search.
     let arch = env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();

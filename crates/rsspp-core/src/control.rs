@@ -107,7 +107,7 @@ pub struct Tick {
     /// The interval until the next round.
     pub next_interval: Duration,
     /// Buckets the rebalancer could not move because they moved less than
-    /// [`ControlConfig::min_dwell`] ago.
+    /// [`ControlConfig::min_dwell`] ago or were [held](ControlLoop::hold).
     pub pinned: usize,
     /// A plan the rebalancer found but the loop dropped because it was not
     /// predicted to lower the imbalance by [`ControlConfig::min_improvement`]:
@@ -156,6 +156,8 @@ pub struct ControlLoop {
     pending: Option<(Vec<usize>, Duration)>,
     /// When each bucket last moved (for the dwell); grown on first use.
     moved_at: Vec<Option<Duration>>,
+    /// Buckets the next tick must not move (see [`ControlLoop::hold`]).
+    held: Vec<usize>,
 }
 
 impl ControlLoop {
@@ -169,7 +171,16 @@ impl ControlLoop {
             migrations: 0,
             pending: None,
             moved_at: Vec::new(),
+            held: Vec::new(),
         }
+    }
+
+    /// Keeps `buckets` where they are in the next tick (only): the data
+    /// path has not finished moving them (a [`handoff`](crate::handoff)
+    /// still draining). Counted in [`Tick::pinned`] like the dwell's.
+    pub fn hold(&mut self, buckets: &[usize]) {
+        self.held.clear();
+        self.held.extend_from_slice(buckets);
     }
 
     /// The configuration.
@@ -234,7 +245,7 @@ impl ControlLoop {
             core_load,
         };
         let dwell = self.config.min_dwell;
-        let pinned: Vec<bool> = if dwell.is_zero() {
+        let mut pinned: Vec<bool> = if dwell.is_zero() {
             Vec::new()
         } else {
             self.moved_at.resize(table.len(), None);
@@ -243,6 +254,14 @@ impl ControlLoop {
                 .map(|at| at.is_some_and(|t| now < t + dwell))
                 .collect()
         };
+        if !self.held.is_empty() {
+            pinned.resize(table.len(), false);
+            for b in self.held.drain(..) {
+                if let Some(p) = pinned.get_mut(b) {
+                    *p = true;
+                }
+            }
+        }
         let mut outcome = rebalance_pinned(&report, &self.config.balance, &pinned)?;
         let active = table.cores_in_use();
         let loads: Vec<f64> = active.iter().map(|&c| outcome.load_before[c]).collect();
@@ -529,6 +548,38 @@ mod tests {
             .tick(Duration::from_millis(1100), &table, &p, &l)
             .unwrap();
         assert_eq!(t.pinned, 0);
+    }
+
+    #[test]
+    fn held_buckets_stay_for_one_tick() {
+        let table = IndirectionTable::equal(64, 2).unwrap();
+        let mut ctl = ControlLoop::new(ControlConfig::default());
+        // Everything on core 0 is heavy: the rebalancer moves some of it.
+        let demand: Vec<f64> = (0..64)
+            .map(|b| if b % 2 == 0 { 0.03 } else { 0.001 })
+            .collect();
+        let (p, l) = measure(&table, &demand, 2);
+        let free = ctl.tick(Duration::ZERO, &table, &p, &l).unwrap();
+        assert!(!free.outcome.plan.is_empty());
+        ctl.abandon(Duration::ZERO).unwrap();
+        let moved: Vec<usize> = free.outcome.plan.moves.iter().map(|m| m.bucket).collect();
+        ctl.hold(&moved);
+        let held = ctl
+            .tick(Duration::from_millis(100), &table, &p, &l)
+            .unwrap();
+        assert_eq!(held.pinned, moved.len());
+        assert!(held
+            .outcome
+            .plan
+            .moves
+            .iter()
+            .all(|m| !moved.contains(&m.bucket)));
+        ctl.abandon(Duration::from_millis(100)).unwrap();
+        // Held for that tick only.
+        let next = ctl
+            .tick(Duration::from_millis(200), &table, &p, &l)
+            .unwrap();
+        assert_eq!(next.pinned, 0);
     }
 
     #[test]

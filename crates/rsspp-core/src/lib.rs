@@ -11,6 +11,9 @@
 //!   the caller applies and commits).
 //! - [`measure`]: load imbalance and busy time → load, defined once.
 //! - [`rand`]: the seeded generator every random choice draws from.
+//! - [`handoff`]: order-preserving bucket moves: which buckets are in
+//!   handoff, held from moving again, and when a handoff that never drains
+//!   is completed anyway.
 //! - [`state`]: per-bucket flow tables and the lock-free, order-preserving
 //!   migration of a bucket's state between cores (§3.3).
 //! - [`bench_state`]: per-bucket tables against a shared one under table
@@ -33,6 +36,7 @@ pub mod bench_state;
 pub mod control;
 pub mod counters;
 pub mod flow;
+pub mod handoff;
 pub mod measure;
 pub mod orss;
 pub mod rand;

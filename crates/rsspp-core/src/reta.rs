@@ -298,13 +298,20 @@ impl IndirectionTable {
 
     /// A plan moving `count` distinct buckets, drawn at random, each to
     /// another of `cores` cores drawn at random (fewer when the table is
-    /// smaller; none with fewer than two cores). Churn for testing what
-    /// migration does to traffic, whatever the load.
-    pub fn random_plan(&self, count: usize, cores: usize, rng: &mut SplitMix64) -> MigrationPlan {
+    /// smaller; none with fewer than two cores), never one of `held` (buckets
+    /// still in handoff). Churn for testing what migration does to traffic,
+    /// whatever the load.
+    pub fn random_plan(
+        &self,
+        count: usize,
+        cores: usize,
+        held: &[usize],
+        rng: &mut SplitMix64,
+    ) -> MigrationPlan {
         if cores < 2 {
             return MigrationPlan::default();
         }
-        let mut buckets: Vec<usize> = (0..self.len()).collect();
+        let mut buckets: Vec<usize> = (0..self.len()).filter(|b| !held.contains(b)).collect();
         rng.shuffle(&mut buckets);
         let moves = buckets
             .into_iter()
@@ -347,7 +354,7 @@ mod tests {
         let mut rng = SplitMix64::new(7);
         let mut seen_targets = [false; 4];
         for _ in 0..50 {
-            let plan = table.random_plan(10, 4, &mut rng);
+            let plan = table.random_plan(10, 4, &[], &mut rng);
             assert_eq!(plan.moves.len(), 10);
             plan.validate(&table, 4).unwrap();
             assert!(plan.moves.iter().all(|m| m.from != m.to && m.to < 4));
@@ -356,8 +363,12 @@ mod tests {
             }
         }
         assert_eq!(seen_targets, [true; 4]);
-        assert_eq!(table.random_plan(500, 4, &mut rng).moves.len(), 128);
-        assert!(table.random_plan(5, 1, &mut rng).is_empty());
+        assert_eq!(table.random_plan(500, 4, &[], &mut rng).moves.len(), 128);
+        let held: Vec<usize> = (0..120).collect();
+        let plan = table.random_plan(500, 4, &held, &mut rng);
+        assert_eq!(plan.moves.len(), 8);
+        assert!(plan.moves.iter().all(|m| m.bucket >= 120));
+        assert!(table.random_plan(5, 1, &[], &mut rng).is_empty());
     }
 
     #[test]

@@ -10,6 +10,7 @@
 use std::time::{Duration, Instant};
 
 use rsspp_core::control::ControlError;
+use rsspp_core::handoff::HandoffTotals;
 use rsspp_core::measure::{imbalance_ratio, load_from_busy};
 use rsspp_core::rand::SplitMix64;
 use rsspp_core::reta::RetaError;
@@ -32,8 +33,34 @@ pub trait DataPath {
     fn target_packets(&mut self, out: &mut [u64]) -> Result<(), Self::Error>;
 
     /// Makes the data path use `table` (one target per bucket); `changed`
-    /// lists the buckets that differ from the table written before.
+    /// lists the buckets that differ from the table written before. A data
+    /// path with order-preserving moves may keep a moved bucket on its old
+    /// target until that target has drained it ([`DataPath::settle`]).
     fn write_table(&mut self, table: &[u32], changed: &[usize]) -> Result<(), Self::Error>;
+
+    /// Called at the start of every round, at `now`: finishes the moves
+    /// whose buckets have drained (or waited too long), and says which are
+    /// still under way. A data path whose moves take effect at once has
+    /// none (the default).
+    fn settle(&mut self, _now: Duration) -> Result<Settlement, Self::Error> {
+        Ok(Settlement::default())
+    }
+
+    /// Frames dropped per target since the start because its queue was
+    /// full (the targets of the daemon, in that order). None by default.
+    fn target_drops(&mut self, out: &mut [u64]) -> Result<(), Self::Error> {
+        out.fill(0);
+        Ok(())
+    }
+}
+
+/// The moves of a data path still under way, and how the others ended.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Settlement {
+    /// Buckets still in handoff: they must not move again yet.
+    pub held: Vec<usize>,
+    /// Handoffs completed since the start, by how they ended.
+    pub totals: HandoffTotals,
 }
 
 /// Why the daemon could not start or a round failed; `E` is the data
@@ -122,6 +149,10 @@ pub struct Round {
     pub pps: Vec<f64>,
     /// Packets per bucket over the interval.
     pub bucket_packets: Vec<u64>,
+    /// Frames dropped per target over the interval (queue full).
+    pub drops: Vec<u64>,
+    /// Buckets still in handoff when the round began.
+    pub handoffs_pending: usize,
     /// (max − min) / min of the per-target packet rates (infinite when a
     /// target got nothing while others did; 0 when nothing arrived).
     pub imbalance: f64,
@@ -150,7 +181,9 @@ pub struct Daemon<D: DataPath, B: BusyClock> {
     written: Vec<u32>,
     last_buckets: Vec<u64>,
     last_targets: Vec<u64>,
+    last_drops: Vec<u64>,
     last_busy: Vec<u64>,
+    settlement: Settlement,
     last_at: Duration,
     next: Duration,
     migrations: u64,
@@ -239,6 +272,10 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
         datapath
             .target_packets(&mut last_targets)
             .map_err(DaemonError::Counters)?;
+        let mut last_drops = vec![0; n];
+        datapath
+            .target_drops(&mut last_drops)
+            .map_err(DaemonError::Counters)?;
         let mut last_busy = vec![0; n];
         clock.busy_ns(&config.targets, &mut last_busy)?;
         let interval = config.control.interval;
@@ -252,7 +289,9 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
             written,
             last_buckets,
             last_targets,
+            last_drops,
             last_busy,
+            settlement: Settlement::default(),
             last_at: now,
             next: now + interval,
             migrations: 0,
@@ -286,6 +325,18 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
     /// round.
     pub fn target_totals(&self) -> &[u64] {
         &self.last_targets
+    }
+
+    /// Frames dropped per target since the start (queue full), as of the
+    /// last round.
+    pub fn target_drops(&self) -> &[u64] {
+        &self.last_drops
+    }
+
+    /// The data path's moves under way and completed, as of the last
+    /// round.
+    pub fn settlement(&self) -> &Settlement {
+        &self.settlement
     }
 
     /// Buckets moved since the start.
@@ -358,8 +409,13 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
         self.datapath
             .target_packets(&mut targets)
             .map_err(DaemonError::Counters)?;
+        let mut drops = vec![0; n];
+        self.datapath
+            .target_drops(&mut drops)
+            .map_err(DaemonError::Counters)?;
         let mut busy = vec![0; n];
         self.clock.busy_ns(&self.config.targets, &mut busy)?;
+        self.settlement = self.datapath.settle(now).map_err(DaemonError::Table)?;
 
         let bucket_packets: Vec<u64> = buckets
             .iter()
@@ -376,7 +432,12 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
             .zip(&self.last_busy)
             .map(|(&a, &b)| load_from_busy(delta(a, b), interval.as_nanos() as u64))
             .collect();
-        let load: Vec<f64> = match self.config.load {
+        let dropped: Vec<u64> = drops
+            .iter()
+            .zip(&self.last_drops)
+            .map(|(&a, &b)| delta(a, b))
+            .collect();
+        let mut load: Vec<f64> = match self.config.load {
             LoadModel::Measured => busy_load,
             LoadModel::ByPackets => {
                 let total_busy: f64 = busy_load.iter().sum();
@@ -392,8 +453,18 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
                     .collect()
             }
         };
+        // A target whose queue overflowed had more to do than it had time
+        // for: saturated, whatever its busy time says. The rebalancer then
+        // takes its demand from its packets, which were counted before the
+        // queue, dropped ones included.
+        for (l, &d) in load.iter_mut().zip(&dropped) {
+            if d > 0 {
+                *l = 1.0;
+            }
+        }
         self.last_buckets = buckets;
         self.last_targets = targets;
+        self.last_drops = drops;
         self.last_busy = busy;
         self.last_at = now;
         self.rounds += 1;
@@ -405,6 +476,7 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
         let mut churned = 0;
         if self.config.balance {
             let started = Instant::now();
+            self.control.hold(&self.settlement.held);
             let tick = self
                 .control
                 .tick(now, &self.table, &bucket_packets, &load)
@@ -453,9 +525,13 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
         }
         if self.config.churn > 0 {
             let n = self.config.targets.len();
+            // Buckets still in handoff, or moved by the rebalancer just now,
+            // stay where they are going.
+            let mut held = self.settlement.held.clone();
+            held.extend(moves.iter().map(|m| m.bucket));
             let plan = self
                 .table
-                .random_plan(self.config.churn, n, &mut self.churn_rng);
+                .random_plan(self.config.churn, n, &held, &mut self.churn_rng);
             let mut table = self.table.clone();
             table.apply(&plan, n).map_err(DaemonError::Reta)?;
             self.write(&table, &plan).map_err(DaemonError::Table)?;
@@ -485,6 +561,8 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
             load,
             pps,
             bucket_packets,
+            drops: dropped,
+            handoffs_pending: self.settlement.held.len(),
             imbalance,
             moves,
             scaling,

@@ -2,14 +2,20 @@
 //!
 //! - [`SoftwarePath`]: the XDP program hashes every packet, counts it in its
 //!   bucket and redirects it through a CPUMAP to the CPU the table names;
-//!   the table is a BPF map, updated entry by entry.
+//!   the table is a BPF map, updated entry by entry. A moved bucket stays
+//!   on its old CPU until that CPU has drained it (order-preserving moves,
+//!   [`rsspp_core::handoff`]), unless moves are immediate.
 //! - [`HardwarePath`]: the NIC spreads packets over its receive queues with
 //!   its own indirection table; the XDP program only counts per bucket, and
 //!   the table is rewritten through ethtool. Queue `q` is taken to be served
 //!   by CPU `q` (the usual one-to-one IRQ affinity); its packets are those
 //!   counted on CPU `q`.
 
-use crate::daemon::DataPath;
+use std::time::Duration;
+
+use rsspp_core::handoff::{Begin, Completion, Handoffs};
+
+use crate::daemon::{DataPath, Settlement};
 use crate::ethtool::{EthtoolError, RssDevice};
 use crate::xdp::{Xdp, XdpError};
 
@@ -19,18 +25,58 @@ pub struct SoftwarePath {
     cpus: Vec<u32>,
     per_cpu: Vec<u64>,
     entries: Vec<(usize, u32)>,
+    /// Order-preserving moves under way (`None`: moves are immediate).
+    handoffs: Option<Handoffs>,
+    /// The table last written (CPU numbers); `None` before the first.
+    written: Option<Vec<u32>>,
+    /// The time of the round under way (from [`DataPath::settle`]).
+    now: Duration,
 }
 
 impl SoftwarePath {
     /// Drives `xdp` (a steering program, attached or not) over `cpus`.
-    pub fn new(xdp: Xdp, cpus: Vec<u32>) -> Self {
+    /// With `handoff_timeout`, moves keep order (the program must have been
+    /// loaded with them, [`Xdp::ordered_moves`]) and a handoff that has not
+    /// drained after that long is completed anyway; without, moves take
+    /// effect at once.
+    pub fn new(xdp: Xdp, cpus: Vec<u32>, handoff_timeout: Option<Duration>) -> Self {
         let per_cpu = vec![0; xdp.possible_cpus()];
+        let handoffs = handoff_timeout
+            .filter(|_| xdp.ordered_moves())
+            .map(|t| Handoffs::new(xdp.reta_size(), t));
         Self {
             xdp,
             cpus,
             per_cpu,
             entries: Vec::new(),
+            handoffs,
+            written: None,
+            now: Duration::ZERO,
         }
+    }
+
+    /// Whether moves keep order.
+    pub fn ordered_moves(&self) -> bool {
+        self.handoffs.is_some()
+    }
+
+    /// Notes the handoffs among `buckets` that the program has completed
+    /// (their entry names no next CPU any more).
+    fn note_switched(&mut self, buckets: &[usize]) -> Result<(), XdpError> {
+        let Some(handoffs) = &mut self.handoffs else {
+            return Ok(());
+        };
+        let pending: Vec<usize> = buckets
+            .iter()
+            .copied()
+            .filter(|&b| handoffs.get(b).is_some())
+            .collect();
+        for (b, entry) in pending.iter().zip(self.xdp.entries(&pending)?) {
+            if entry.next.is_none() {
+                handoffs.complete(*b, Completion::Drained);
+            }
+        }
+        Ok(())
     }
 
     /// The XDP programs.
@@ -65,9 +111,76 @@ impl DataPath for SoftwarePath {
     }
 
     fn write_table(&mut self, table: &[u32], changed: &[usize]) -> Result<(), XdpError> {
+        let (Some(written), true) = (&self.written, self.handoffs.is_some()) else {
+            // Immediate moves, or the first table (the program steers with
+            // the loader's until now; nothing of ours is in flight).
+            self.entries.clear();
+            self.entries.extend(changed.iter().map(|&b| (b, table[b])));
+            self.xdp.write_entries(&self.entries)?;
+            self.written = Some(table.to_vec());
+            return Ok(());
+        };
+        let written = written.clone();
+        self.note_switched(changed)?;
+        let handoffs = self.handoffs.as_mut().expect("checked above");
+        let (mut fresh, mut retargets, mut cancels) = (Vec::new(), Vec::new(), Vec::new());
+        for &b in changed {
+            match handoffs.begin(b, written[b], table[b], self.now) {
+                Begin::Start { from } => fresh.push((b, from, table[b])),
+                Begin::Retarget { from } => retargets.push((b, from, table[b])),
+                Begin::Cancel { at } => cancels.push((b, at)),
+            }
+        }
+        self.xdp.begin_handoffs(&fresh, true)?;
+        self.xdp.begin_handoffs(&retargets, false)?;
+        self.xdp.write_entries(&cancels)?;
+        self.written = Some(table.to_vec());
+        Ok(())
+    }
+
+    fn settle(&mut self, now: Duration) -> Result<Settlement, XdpError> {
+        self.now = now;
+        let Some(handoffs) = &self.handoffs else {
+            return Ok(Settlement::default());
+        };
+        let pending = handoffs.held();
+        self.note_switched(&pending)?;
+        let handoffs = self.handoffs.as_ref().expect("checked above");
+        let expired = handoffs.expired(now);
+        let mut complete = Vec::with_capacity(expired.len());
+        for &b in &expired {
+            let to = handoffs.get(b).expect("expired ones are pending").to;
+            let how = if self.xdp.handoff_state(b)?.drained() {
+                Completion::Idle
+            } else {
+                Completion::Forced
+            };
+            complete.push((b, to, how));
+        }
         self.entries.clear();
-        self.entries.extend(changed.iter().map(|&b| (b, table[b])));
-        self.xdp.write_entries(&self.entries)
+        self.entries
+            .extend(complete.iter().map(|&(b, to, _)| (b, to)));
+        self.xdp.write_entries(&self.entries)?;
+        let handoffs = self.handoffs.as_mut().expect("checked above");
+        for &(b, _, how) in &complete {
+            if how == Completion::Forced {
+                tracing::debug!(
+                    bucket = b,
+                    "handoff forced: the old CPU never dequeued the bucket's last frame"
+                );
+            }
+            handoffs.complete(b, how);
+        }
+        Ok(Settlement {
+            held: handoffs.held(),
+            totals: handoffs.totals(),
+        })
+    }
+
+    fn target_drops(&mut self, out: &mut [u64]) -> Result<(), XdpError> {
+        self.xdp.cpumap_drops(&mut self.per_cpu)?;
+        pick(&self.per_cpu, &self.cpus, out);
+        Ok(())
     }
 }
 

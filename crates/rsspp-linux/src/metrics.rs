@@ -10,8 +10,8 @@
 //! use rsspp_linux::metrics::{render, CpuMetrics, MetricsSnapshot};
 //!
 //! let mut s = MetricsSnapshot::new("eth0", "software");
-//! s.cpus.push(CpuMetrics { cpu: 0, load: 0.5, packets_total: 1000 });
-//! assert!(render(&s).contains("rsspp_cpu_load{cpu=\"0\"} 0.5\n"));
+//! s.cpus.push(CpuMetrics { cpu: 0, load: 0.5, packets_total: 1000, cpumap_full_total: 0 });
+//! assert!(render(&s).contains("rsspp_cpu_load{iface=\"eth0\",cpu=\"0\"} 0.5\n"));
 //! ```
 
 mod histogram;
@@ -48,6 +48,14 @@ pub mod names {
     pub const INTERVAL_SECONDS: &str = "rsspp_interval_seconds";
     /// Histogram: time to compute and apply one rebalancing round.
     pub const REBALANCE_SECONDS: &str = "rsspp_rebalance_seconds";
+    /// Counter per CPU and reason: frames dropped on their way to the CPU.
+    pub const DROPPED_PACKETS_TOTAL: &str = "rsspp_dropped_packets_total";
+    /// Counter per kind: frames kept out of the buckets or not steered.
+    pub const PACKETS_TOTAL: &str = "rsspp_packets_total";
+    /// Gauge: buckets moved but still draining from their old CPU.
+    pub const HANDOFFS_PENDING: &str = "rsspp_handoffs_pending";
+    /// Counter per outcome: completed bucket handoffs.
+    pub const HANDOFFS_TOTAL: &str = "rsspp_handoffs_total";
 }
 
 /// One CPU's figures.
@@ -60,6 +68,9 @@ pub struct CpuMetrics {
     /// Packets steered to (software mode) or counted on (hardware mode) this
     /// CPU since the daemon started.
     pub packets_total: u64,
+    /// Frames dropped because this CPU's CPUMAP queue was full (software
+    /// mode), since the daemon started.
+    pub cpumap_full_total: u64,
 }
 
 /// One bucket of the indirection table.
@@ -93,6 +104,17 @@ pub struct MetricsSnapshot {
     pub interval_seconds: f64,
     /// Duration of each round (read counters, rebalance, apply the table).
     pub rebalance_seconds: Histogram,
+    /// Frames that were neither IPv4 nor IPv6 (steered to the default CPU
+    /// or passed).
+    pub not_ip_total: u64,
+    /// Frames with cut-short or invalid headers.
+    pub malformed_total: u64,
+    /// Frames whose redirect failed (passed up on the receiving CPU).
+    pub redirect_failed_total: u64,
+    /// Buckets moved but still draining from their old CPU.
+    pub handoffs_pending: usize,
+    /// Handoffs completed since the start, by how they ended.
+    pub handoffs: rsspp_core::handoff::HandoffTotals,
 }
 
 impl MetricsSnapshot {
@@ -109,6 +131,11 @@ impl MetricsSnapshot {
             rounds_total: 0,
             interval_seconds: 0.0,
             rebalance_seconds: Histogram::rebalance(),
+            not_ip_total: 0,
+            malformed_total: 0,
+            redirect_failed_total: 0,
+            handoffs_pending: 0,
+            handoffs: Default::default(),
         }
     }
 }
@@ -177,10 +204,13 @@ fn header(out: &mut String, name: &str, kind: &str, help: &str) {
 }
 
 /// The snapshot in the Prometheus text exposition format, version 0.0.4.
+/// Every series carries the interface as its `iface` label, so that the
+/// daemons of several interfaces can share one Prometheus job.
 pub fn render(s: &MetricsSnapshot) -> String {
     use names::*;
-    // About 60 bytes a series; buckets dominate.
-    let mut out = String::with_capacity(1024 + 64 * (2 * s.buckets.len() + 2 * s.cpus.len()));
+    // About 70 bytes a series; buckets dominate.
+    let mut out = String::with_capacity(2048 + 72 * (2 * s.buckets.len() + 3 * s.cpus.len()));
+    let iface = format!("iface=\"{}\"", label_value(&s.iface));
 
     header(
         &mut out,
@@ -188,12 +218,7 @@ pub fn render(s: &MetricsSnapshot) -> String {
         "gauge",
         "The interface this daemon balances and its mode (always 1).",
     );
-    let _ = writeln!(
-        out,
-        "{INFO}{{iface=\"{}\",mode=\"{}\"}} 1",
-        label_value(&s.iface),
-        label_value(&s.mode)
-    );
+    let _ = writeln!(out, "{INFO}{{{iface},mode=\"{}\"}} 1", label_value(&s.mode));
 
     header(
         &mut out,
@@ -202,7 +227,12 @@ pub fn render(s: &MetricsSnapshot) -> String {
         "Busy fraction of the CPU over the last interval (0 to 1).",
     );
     for c in &s.cpus {
-        let _ = writeln!(out, "{CPU_LOAD}{{cpu=\"{}\"}} {}", c.cpu, value(c.load));
+        let _ = writeln!(
+            out,
+            "{CPU_LOAD}{{{iface},cpu=\"{}\"}} {}",
+            c.cpu,
+            value(c.load)
+        );
     }
 
     header(
@@ -214,9 +244,37 @@ pub fn render(s: &MetricsSnapshot) -> String {
     for c in &s.cpus {
         let _ = writeln!(
             out,
-            "{CPU_PACKETS_TOTAL}{{cpu=\"{}\"}} {}",
+            "{CPU_PACKETS_TOTAL}{{{iface},cpu=\"{}\"}} {}",
             c.cpu, c.packets_total
         );
+    }
+
+    header(
+        &mut out,
+        DROPPED_PACKETS_TOTAL,
+        "counter",
+        "Frames dropped on their way to the CPU (cpumap_full: its CPUMAP queue was full).",
+    );
+    for c in &s.cpus {
+        let _ = writeln!(
+            out,
+            "{DROPPED_PACKETS_TOTAL}{{{iface},cpu=\"{}\",reason=\"cpumap_full\"}} {}",
+            c.cpu, c.cpumap_full_total
+        );
+    }
+
+    header(
+        &mut out,
+        PACKETS_TOTAL,
+        "counter",
+        "Frames kept out of the buckets (not_ip, malformed) or not steered (redirect_failed: passed up on the receiving CPU).",
+    );
+    for (kind, n) in [
+        ("not_ip", s.not_ip_total),
+        ("malformed", s.malformed_total),
+        ("redirect_failed", s.redirect_failed_total),
+    ] {
+        let _ = writeln!(out, "{PACKETS_TOTAL}{{{iface},kind=\"{kind}\"}} {n}");
     }
 
     header(
@@ -228,7 +286,7 @@ pub fn render(s: &MetricsSnapshot) -> String {
     for (i, b) in s.buckets.iter().enumerate() {
         let _ = writeln!(
             out,
-            "{BUCKET_PACKETS_TOTAL}{{bucket=\"{i}\"}} {}",
+            "{BUCKET_PACKETS_TOTAL}{{{iface},bucket=\"{i}\"}} {}",
             b.packets_total
         );
     }
@@ -240,7 +298,7 @@ pub fn render(s: &MetricsSnapshot) -> String {
         "The CPU the indirection table maps the bucket to.",
     );
     for (i, b) in s.buckets.iter().enumerate() {
-        let _ = writeln!(out, "{BUCKET_CPU}{{bucket=\"{i}\"}} {}", b.cpu);
+        let _ = writeln!(out, "{BUCKET_CPU}{{{iface},bucket=\"{i}\"}} {}", b.cpu);
     }
 
     header(
@@ -249,7 +307,11 @@ pub fn render(s: &MetricsSnapshot) -> String {
         "gauge",
         "(max - min) / min of the per-CPU packet rates over the last interval.",
     );
-    let _ = writeln!(out, "{IMBALANCE_RATIO} {}", value(s.imbalance_ratio));
+    let _ = writeln!(
+        out,
+        "{IMBALANCE_RATIO}{{{iface}}} {}",
+        value(s.imbalance_ratio)
+    );
 
     header(
         &mut out,
@@ -257,10 +319,32 @@ pub fn render(s: &MetricsSnapshot) -> String {
         "counter",
         "Buckets moved from one CPU to another.",
     );
-    let _ = writeln!(out, "{MIGRATIONS_TOTAL} {}", s.migrations_total);
+    let _ = writeln!(out, "{MIGRATIONS_TOTAL}{{{iface}}} {}", s.migrations_total);
+
+    header(
+        &mut out,
+        HANDOFFS_PENDING,
+        "gauge",
+        "Buckets moved but still on their old CPU until it has drained them.",
+    );
+    let _ = writeln!(out, "{HANDOFFS_PENDING}{{{iface}}} {}", s.handoffs_pending);
+
+    header(
+        &mut out,
+        HANDOFFS_TOTAL,
+        "counter",
+        "Bucket handoffs completed: drained (order kept), idle (nothing left to drain after the timeout) or forced (completed after the timeout with frames unaccounted for; order may not have been kept).",
+    );
+    for (outcome, n) in [
+        ("drained", s.handoffs.drained),
+        ("idle", s.handoffs.idle),
+        ("forced", s.handoffs.forced),
+    ] {
+        let _ = writeln!(out, "{HANDOFFS_TOTAL}{{{iface},outcome=\"{outcome}\"}} {n}");
+    }
 
     header(&mut out, ROUNDS_TOTAL, "counter", "Rebalancing rounds run.");
-    let _ = writeln!(out, "{ROUNDS_TOTAL} {}", s.rounds_total);
+    let _ = writeln!(out, "{ROUNDS_TOTAL}{{{iface}}} {}", s.rounds_total);
 
     header(
         &mut out,
@@ -268,7 +352,11 @@ pub fn render(s: &MetricsSnapshot) -> String {
         "gauge",
         "Current interval between rounds (longer while balanced).",
     );
-    let _ = writeln!(out, "{INTERVAL_SECONDS} {}", value(s.interval_seconds));
+    let _ = writeln!(
+        out,
+        "{INTERVAL_SECONDS}{{{iface}}} {}",
+        value(s.interval_seconds)
+    );
 
     header(
         &mut out,
@@ -281,17 +369,17 @@ pub fn render(s: &MetricsSnapshot) -> String {
     for (bound, n) in h.bounds().iter().zip(&cumulative) {
         let _ = writeln!(
             out,
-            "{REBALANCE_SECONDS}_bucket{{le=\"{}\"}} {n}",
+            "{REBALANCE_SECONDS}_bucket{{{iface},le=\"{}\"}} {n}",
             value(*bound)
         );
     }
     let _ = writeln!(
         out,
-        "{REBALANCE_SECONDS}_bucket{{le=\"+Inf\"}} {}",
+        "{REBALANCE_SECONDS}_bucket{{{iface},le=\"+Inf\"}} {}",
         h.count()
     );
-    let _ = writeln!(out, "{REBALANCE_SECONDS}_sum {}", value(h.sum()));
-    let _ = writeln!(out, "{REBALANCE_SECONDS}_count {}", h.count());
+    let _ = writeln!(out, "{REBALANCE_SECONDS}_sum{{{iface}}} {}", value(h.sum()));
+    let _ = writeln!(out, "{REBALANCE_SECONDS}_count{{{iface}}} {}", h.count());
     out
 }
 

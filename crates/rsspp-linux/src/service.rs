@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rsspp_core::balance::BalanceError;
+use rsspp_core::handoff::DEFAULT_HANDOFF_TIMEOUT;
 use rsspp_core::toeplitz::KeyError;
 use rsspp_core::{ControlConfig, RssKey};
 use tracing::{info, warn};
@@ -67,6 +68,17 @@ impl Steering {
             Steering::Hardware { .. } => "hardware",
         }
     }
+}
+
+/// How a moved bucket's frames switch CPU (software mode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Moves {
+    /// The bucket stays on its old CPU until that CPU has drained it: no
+    /// frame of a flow overtakes an earlier one (native XDP only).
+    Ordered,
+    /// At once: frames still queued on the old CPU may be overtaken by
+    /// the flow's next ones on the new CPU.
+    Immediate,
 }
 
 /// What a CPU's load is measured from.
@@ -121,6 +133,11 @@ pub struct ServiceConfig {
     /// Buckets moved at random every round, whatever the load: a test of
     /// what migration does to the traffic (0: none).
     pub churn: usize,
+    /// How moved buckets switch CPU (software mode).
+    pub moves: Moves,
+    /// Longest wait for a moved bucket to drain before it is switched
+    /// anyway (software mode, ordered moves).
+    pub handoff_timeout: Duration,
 }
 
 impl ServiceConfig {
@@ -144,6 +161,8 @@ impl ServiceConfig {
             keep: false,
             duration: None,
             churn: 0,
+            moves: Moves::Ordered,
+            handoff_timeout: DEFAULT_HANDOFF_TIMEOUT,
         }
     }
 
@@ -449,7 +468,21 @@ impl Service {
     }
 
     /// Fills the metrics from the daemon's last round.
-    fn publish(&self, round: Option<&Round>, took: Duration) {
+    fn publish(&mut self, round: Option<&Round>, took: Duration) {
+        let other = match &mut self.running {
+            Running::Software(d) => d.datapath_mut().xdp().other_counts(),
+            Running::Hardware(d) => d.datapath_mut().xdp().other_counts(),
+        };
+        // The counters that say what was not balanced: a read that fails
+        // leaves the last published values (the round itself went well).
+        match other {
+            Ok(o) => self.shared.update(|s| {
+                s.not_ip_total = o.not_ip;
+                s.malformed_total = o.malformed;
+                s.redirect_failed_total = o.redirect_failed;
+            }),
+            Err(e) => warn!("{e}"),
+        }
         match &self.running {
             Running::Software(d) => publish(&self.shared, d, round, took),
             Running::Hardware(d) => publish(&self.shared, d, round, took),
@@ -475,6 +508,13 @@ fn start_software(
     started: Instant,
 ) -> Result<Daemon<SoftwarePath, Clock>, ServiceError> {
     let targets = config.targets.clone();
+    let ordered_moves = config.moves == Moves::Ordered && config.attach == AttachMode::Native;
+    if config.moves == Moves::Ordered && !ordered_moves {
+        warn!(
+            iface = %config.iface,
+            "moves are immediate in skb mode (the kernel passes no XDP metadata to the CPUMAP program): a moved bucket's queued packets may be overtaken"
+        );
+    }
     let options = XdpOptions {
         iface: config.iface.clone(),
         attach: config.attach,
@@ -488,6 +528,7 @@ fn start_software(
         Program::Steer {
             cpus: targets.clone(),
             cpumap_queue,
+            ordered_moves,
         },
     )?;
     xdp.attach()?;
@@ -498,7 +539,11 @@ fn start_software(
             Box::new(CpumapThreads::new(id))
         }
     };
-    let path = SoftwarePath::new(xdp, targets.clone());
+    let path = SoftwarePath::new(
+        xdp,
+        targets.clone(),
+        ordered_moves.then_some(config.handoff_timeout),
+    );
     let daemon = config.daemon(targets, reta_size);
     // On error the data path is dropped, which detaches the program.
     Ok(Daemon::start(daemon, path, clock, started.elapsed())?)
@@ -578,13 +623,20 @@ fn publish<D: DataPath, B: BusyClock>(
             .targets()
             .iter()
             .zip(daemon.target_totals())
+            .zip(daemon.target_drops())
             .enumerate()
-            .map(|(i, (&cpu, &packets_total))| CpuMetrics {
-                cpu,
-                load: round.map_or(0.0, |r| r.load[i]),
-                packets_total,
-            })
+            .map(
+                |(i, ((&cpu, &packets_total), &cpumap_full_total))| CpuMetrics {
+                    cpu,
+                    load: round.map_or(0.0, |r| r.load[i]),
+                    packets_total,
+                    cpumap_full_total,
+                },
+            )
             .collect();
+        let settlement = daemon.settlement();
+        s.handoffs_pending = settlement.held.len();
+        s.handoffs = settlement.totals;
         s.buckets = daemon
             .table()
             .iter()

@@ -30,6 +30,8 @@ fn steer() -> Program {
     Program::Steer {
         cpus: cpus(),
         cpumap_queue: DEFAULT_CPUMAP_QUEUE,
+        // Loaded in both modes here; skb mode has no ordered moves.
+        ordered_moves: false,
     }
 }
 

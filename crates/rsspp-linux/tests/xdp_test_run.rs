@@ -215,6 +215,7 @@ fn steering_counts_each_frame_in_its_bucket_and_redirects_to_its_cpu() {
         Program::Steer {
             cpus: cpus.clone(),
             cpumap_queue: DEFAULT_CPUMAP_QUEUE,
+            ordered_moves: true,
         },
     )
     .unwrap();
@@ -324,6 +325,7 @@ fn bpf_toeplitz_matches_microsoft_vectors() {
         Program::Steer {
             cpus: steering_cpus(),
             cpumap_queue: 64,
+            ordered_moves: true,
         },
     )
     .unwrap();
@@ -421,6 +423,7 @@ fn write_entries_changes_the_decision() {
         Program::Steer {
             cpus: cpus.clone(),
             cpumap_queue: DEFAULT_CPUMAP_QUEUE,
+            ordered_moves: true,
         },
     )
     .unwrap();
@@ -484,6 +487,7 @@ fn bad_options_are_refused_with_clear_errors() {
     let steer = |cpus: Vec<u32>| Program::Steer {
         cpus,
         cpumap_queue: DEFAULT_CPUMAP_QUEUE,
+        ordered_moves: true,
     };
     let load = |opts: &XdpOptions, p: Program| Xdp::load(opts, p).map(|_| ()).unwrap_err();
     let opts = XdpOptions::new("lo");
@@ -511,6 +515,7 @@ fn bad_options_are_refused_with_clear_errors() {
         Program::Steer {
             cpus: vec![0],
             cpumap_queue: 0,
+            ordered_moves: true,
         },
     );
     assert!(matches!(e.kind(), XdpErrorKind::QueueSize(0)), "{e}");

@@ -83,6 +83,7 @@ fn measure(args: &BenchXdpArgs) -> Result<Vec<Case>, CliError> {
             Program::Steer {
                 cpus,
                 cpumap_queue: DEFAULT_CPUMAP_QUEUE,
+                ordered_moves: true,
             },
         ),
     ];

@@ -182,8 +182,8 @@ fn wait_for_metrics(ns: &Netns, port: u16, daemon: &Daemon) {
 
 fn cpu_packets(m: &BTreeMap<String, f64>) -> [f64; 2] {
     [
-        m[r#"rsspp_cpu_packets_total{cpu="0"}"#],
-        m[r#"rsspp_cpu_packets_total{cpu="1"}"#],
+        m[r#"rsspp_cpu_packets_total{iface="veth1",cpu="0"}"#],
+        m[r#"rsspp_cpu_packets_total{iface="veth1",cpu="1"}"#],
     ]
 }
 
@@ -221,8 +221,10 @@ fn rx_packets(ns: &Netns) -> u64 {
     .unwrap()
 }
 
-fn scratch() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("rsspp-daemon-veth-{}", std::process::id()));
+/// A directory of the test's own (the tests run in parallel, and each
+/// removes its directory at the end).
+fn scratch(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("rsspp-daemon-veth-{test}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
@@ -232,7 +234,7 @@ fn the_daemon_balances_two_elephants_over_two_cpus() {
     if !ready() {
         return;
     }
-    let dir = scratch();
+    let dir = scratch("balance");
     let trace = dir.join("elephants.pcap");
     let sent = write_trace(&trace);
     let ns = Netns::with_veth("daemon");
@@ -250,7 +252,7 @@ fn the_daemon_balances_two_elephants_over_two_cpus() {
         assert!(imbalance(r) > 1.0);
         replay.wait().unwrap();
         let m = scrape(&ns, port).unwrap();
-        assert_eq!(m["rsspp_migrations_total"], 0.0);
+        assert_eq!(m[r#"rsspp_migrations_total{iface="veth1"}"#], 0.0);
     }
 
     // Balanced: within 10% in a few seconds; nothing lost.
@@ -271,7 +273,7 @@ fn the_daemon_balances_two_elephants_over_two_cpus() {
     // the traffic stops.
     std::thread::sleep(Duration::from_millis(2500));
     let m = scrape(&ns, port).unwrap();
-    assert!(m["rsspp_migrations_total"] > 0.0);
+    assert!(m[r#"rsspp_migrations_total{iface="veth1"}"#] > 0.0);
     let counted: f64 = m
         .iter()
         .filter(|(k, _)| k.starts_with("rsspp_bucket_packets_total{"))
@@ -304,7 +306,7 @@ fn a_hangup_or_quit_detaches_like_a_terminate() {
     if !ready() {
         return;
     }
-    let dir = scratch();
+    let dir = scratch("hangup");
     let ns = Netns::with_veth("daemon-hup");
     ns.ip(&["link", "set", "lo", "up"]);
     let port = 19_465;

@@ -4,6 +4,11 @@
  * steer each bucket to the CPU its indirection-table entry names.
  *
  *   xdp_rsspp_steer  software RSS: Toeplitz hash -> bucket -> table -> CPUMAP
+ *   xdp_rsspp_dequeue  runs on each steering CPU as its CPUMAP thread
+ *                    dequeues a frame: notes how far a bucket in handoff
+ *                    has drained (see "Order-preserving moves" below)
+ *   rsspp_cpumap_drops  the xdp:xdp_cpumap_enqueue tracepoint: frames our
+ *                    CPUMAP dropped because a CPU's queue was full
  *   xdp_rsspp_count  hardware RSS: the NIC spread the packets; count only,
  *                    bucket from the same Toeplitz hash with the NIC's key
  *   xdp_rsspp_rxh    as xdp_rsspp_count, with the NIC's own RX hash read
@@ -20,11 +25,18 @@
 #include "parse.h"
 #include "toeplitz.h"
 
+#define READ_ONCE(x) (*(const volatile typeof(x) *)&(x))
+#define WRITE_ONCE(x, v) (*(volatile typeof(x) *)&(x) = (v))
+
 /* Settings, in .rodata: set before load and frozen, so the verifier and
  * the JIT see constants rather than a map lookup per packet. */
 const volatile __u32 bucket_mask = 0; /* table size - 1, a power of two - 1 */
 const volatile __u32 default_cpu = 0; /* where frames without a hash go */
 const volatile __u32 use_rx_hash = 0; /* xdp_rsspp_rxh: the NIC's hash */
+/* A bucket in handoff switches CPU only this long after the old CPU
+ * dequeued its last frame: the time that CPU's thread takes to pass the
+ * rest of its batch (at most 8 frames) up the stack. */
+const volatile __u32 handoff_guard_ns = 0;
 
 /* Per-CPU counters of the packets kept out of the buckets; the key type
  * of rsspp_counters, which puts the enum in the BTF the skeleton exposes. */
@@ -34,7 +46,42 @@ enum rsspp_counter {
 	COUNTER_REDIRECT_FAILED = 2, /* CPU not in the CPUMAP: passed */
 	COUNTER_RX_HASH = 3,	     /* hashed by the NIC */
 	COUNTER_RX_HASH_MISSING = 4, /* NIC gave no hash: Toeplitz instead */
-	COUNTER_MAX = 5,
+	COUNTER_HANDOFF_SWITCHED = 5, /* buckets switched CPU once drained */
+	COUNTER_HANDOFF_HELD = 6,     /* frames kept on the old CPU meanwhile */
+	COUNTER_HANDOFF_NO_META = 7,  /* no room for the stamp: not tracked */
+	COUNTER_MAX = 8,
+};
+
+/*
+ * Order-preserving moves. An entry of rsspp_reta holds the CPU in its low
+ * 16 bits; a move writes the new CPU + 1 into the high 16 bits, and the
+ * bucket stays on its old CPU until that CPU has drained it: every frame
+ * sent there meanwhile carries a stamp in its XDP metadata (the bucket and
+ * a sequence number), which xdp_rsspp_dequeue notes as the old CPU's
+ * thread dequeues it. Once the last stamped frame has been dequeued (and
+ * handoff_guard_ns has passed), no frame of the bucket waits in the old
+ * CPU's queue: the next frame switches the entry to the new CPU. A frame
+ * of a flow can then never overtake an earlier one because its bucket
+ * moved. The daemon completes a handoff that never drains (the old CPU
+ * dropped the last stamped frame and the bucket went quiet) after a
+ * timeout.
+ */
+#define RETA_CPU_MASK 0xffff
+#define RETA_NEXT_SHIFT 16
+
+struct handoff {
+	__u64 enq_seq; /* stamps handed out (the last one sent to the old CPU) */
+	__u64 deq_seq; /* the last stamp the old CPU dequeued */
+	__u64 deq_ns;  /* when */
+};
+
+#define STAMP_MAGIC 0x72737370 /* "rssp" */
+
+/* In the XDP metadata area, just before the frame. */
+struct stamp {
+	__u32 magic;
+	__u32 bucket;
+	__u64 seq;
 };
 
 /* One value: the 36 x 256 table of the key (see toeplitz.h). */
@@ -55,7 +102,15 @@ struct {
 	__type(value, __u32);
 } rsspp_reta SEC(".maps");
 
-/* CPU -> its kthread's queue. */
+/* Per bucket: how far a handoff has drained; sized as rsspp_reta. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct handoff);
+} rsspp_handoff SEC(".maps");
+
+/* CPU -> its kthread's queue, and xdp_rsspp_dequeue. */
 struct {
 	__uint(type, BPF_MAP_TYPE_CPUMAP);
 	__uint(max_entries, 1);
@@ -78,6 +133,23 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } rsspp_cpus SEC(".maps");
+
+/* Frames our CPUMAP dropped, by the CPU they were for (queue full). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} rsspp_cpumap_drops SEC(".maps");
+
+/* The kernel's id of rsspp_cpumap, written by the loader: the tracepoint
+ * fires for every CPUMAP on the machine. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} rsspp_cpumap_id SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -108,12 +180,48 @@ static __always_inline void count_unhashed(int res)
 	      res == PARSE_NOT_IP ? COUNTER_NOT_IP : COUNTER_MALFORMED);
 }
 
+/* A frame of `bucket`, whose entry `e` names a new CPU: the CPU it goes
+ * to (see "Order-preserving moves" above). */
+static __always_inline __u32 handoff(struct xdp_md *ctx, __u32 *entry,
+				     __u32 e, __u32 bucket)
+{
+	__u32 old = e & RETA_CPU_MASK, next = (e >> RETA_NEXT_SHIFT) - 1;
+	struct handoff *h;
+	struct stamp *st;
+	__u64 seq;
+
+	h = bpf_map_lookup_elem(&rsspp_handoff, &bucket);
+	if (!h)
+		return old;
+	seq = READ_ONCE(h->enq_seq);
+	if (seq && READ_ONCE(h->deq_seq) == seq &&
+	    bpf_ktime_get_ns() - READ_ONCE(h->deq_ns) >= handoff_guard_ns) {
+		/* Drained. Whoever wins (another receiving CPU, the daemon
+		 * completing it) writes the same entry. */
+		if (__sync_val_compare_and_swap(entry, e, next) == e)
+			count(&rsspp_counters, COUNTER_HANDOFF_SWITCHED);
+		return next;
+	}
+	if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(struct stamp)) < 0) {
+		count(&rsspp_counters, COUNTER_HANDOFF_NO_META);
+		return old;
+	}
+	st = (void *)(long)ctx->data_meta;
+	if ((void *)(st + 1) > (void *)(long)ctx->data)
+		return old;
+	st->magic = STAMP_MAGIC;
+	st->bucket = bucket;
+	st->seq = __sync_fetch_and_add(&h->enq_seq, 1) + 1;
+	count(&rsspp_counters, COUNTER_HANDOFF_HELD);
+	return old;
+}
+
 SEC("xdp")
 int xdp_rsspp_steer(struct xdp_md *ctx)
 {
 	const struct key_table *t;
 	struct flow_input f;
-	__u32 zero = 0, cpu, bucket, *entry;
+	__u32 zero = 0, cpu, bucket, e, *entry;
 	long action;
 	int res;
 
@@ -126,7 +234,13 @@ int xdp_rsspp_steer(struct xdp_md *ctx)
 		bucket = toeplitz_flow(t, &f) & bucket_mask;
 		count(&rsspp_buckets, bucket);
 		entry = bpf_map_lookup_elem(&rsspp_reta, &bucket);
-		cpu = entry ? *entry : default_cpu;
+		if (entry) {
+			e = READ_ONCE(*entry);
+			cpu = e >> RETA_NEXT_SHIFT ? handoff(ctx, entry, e, bucket)
+						   : e;
+		} else {
+			cpu = default_cpu;
+		}
 	} else {
 		count_unhashed(res);
 		cpu = default_cpu;
@@ -142,6 +256,48 @@ int xdp_rsspp_steer(struct xdp_md *ctx)
 	}
 	count(&rsspp_cpus, cpu);
 	return action;
+}
+
+/* On the steering CPU, as its CPUMAP thread dequeues a frame: a stamped
+ * frame's bucket has drained up to its sequence number. */
+SEC("xdp/cpumap")
+int xdp_rsspp_dequeue(struct xdp_md *ctx)
+{
+	struct stamp *st = (void *)(long)ctx->data_meta;
+	struct handoff *h;
+	__u32 bucket;
+
+	if ((void *)(st + 1) > (void *)(long)ctx->data ||
+	    st->magic != STAMP_MAGIC)
+		return XDP_PASS;
+	bucket = st->bucket & bucket_mask;
+	h = bpf_map_lookup_elem(&rsspp_handoff, &bucket);
+	if (h) {
+		WRITE_ONCE(h->deq_ns, bpf_ktime_get_ns());
+		/* An atomic exchange orders the time before the sequence
+		 * number, which the steering program reads first. */
+		__sync_lock_test_and_set(&h->deq_seq, st->seq);
+	}
+	return XDP_PASS;
+}
+
+/* Frames our CPUMAP dropped at a full queue, by target CPU. */
+SEC("raw_tp/xdp_cpumap_enqueue")
+int rsspp_cpumap_drops_tp(__u64 *ctx)
+{
+	/* (int map_id, unsigned int processed, unsigned int drops,
+	 *  int to_cpu) */
+	__u32 zero = 0, map_id = ctx[0], drops = ctx[2], to_cpu = ctx[3];
+	__u32 *ours;
+	__u64 *v;
+
+	ours = bpf_map_lookup_elem(&rsspp_cpumap_id, &zero);
+	if (!ours || *ours != map_id || !drops)
+		return 0;
+	v = bpf_map_lookup_elem(&rsspp_cpumap_drops, &to_cpu);
+	if (v)
+		*v += drops;
+	return 0;
 }
 
 /* The counting path both hardware-mode programs share. */

@@ -12,11 +12,13 @@ fn snapshot() -> MetricsSnapshot {
             cpu: 0,
             load: 0.25,
             packets_total: 1000,
+            cpumap_full_total: 0,
         },
         CpuMetrics {
             cpu: 3,
             load: 1.0,
             packets_total: 250_000,
+            cpumap_full_total: 0,
         },
     ];
     s.buckets = (0..8u32)
@@ -75,6 +77,10 @@ fn every_family_has_help_and_the_right_type() {
         (names::BUCKET_CPU, "gauge"),
         (names::IMBALANCE_RATIO, "gauge"),
         (names::MIGRATIONS_TOTAL, "counter"),
+        (names::DROPPED_PACKETS_TOTAL, "counter"),
+        (names::PACKETS_TOTAL, "counter"),
+        (names::HANDOFFS_PENDING, "gauge"),
+        (names::HANDOFFS_TOTAL, "counter"),
         (names::ROUNDS_TOTAL, "counter"),
         (names::INTERVAL_SECONDS, "gauge"),
         (names::REBALANCE_SECONDS, "histogram"),
@@ -94,26 +100,74 @@ fn every_family_has_help_and_the_right_type() {
 
 #[test]
 fn per_cpu_and_per_bucket_series_carry_their_label() {
-    let (_, samples) = parse(&render(&snapshot()));
-    assert_eq!(value_of(&samples, "rsspp_cpu_load{cpu=\"0\"}"), "0.25");
-    assert_eq!(value_of(&samples, "rsspp_cpu_load{cpu=\"3\"}"), "1");
+    let mut s = snapshot();
+    s.cpus[1].cpumap_full_total = 17;
+    s.malformed_total = 2;
+    s.handoffs_pending = 3;
+    s.handoffs.forced = 1;
+    let (_, samples) = parse(&render(&s));
+    const IF: &str = "iface=\"veth-rsspp0\"";
     assert_eq!(
-        value_of(&samples, "rsspp_cpu_packets_total{cpu=\"3\"}"),
+        value_of(&samples, &format!("rsspp_cpu_load{{{IF},cpu=\"0\"}}")),
+        "0.25"
+    );
+    assert_eq!(
+        value_of(&samples, &format!("rsspp_cpu_load{{{IF},cpu=\"3\"}}")),
+        "1"
+    );
+    assert_eq!(
+        value_of(
+            &samples,
+            &format!("rsspp_cpu_packets_total{{{IF},cpu=\"3\"}}")
+        ),
         "250000"
+    );
+    assert_eq!(
+        value_of(
+            &samples,
+            &format!("rsspp_dropped_packets_total{{{IF},cpu=\"3\",reason=\"cpumap_full\"}}")
+        ),
+        "17"
+    );
+    assert_eq!(
+        value_of(
+            &samples,
+            &format!("rsspp_packets_total{{{IF},kind=\"malformed\"}}")
+        ),
+        "2"
+    );
+    assert_eq!(
+        value_of(&samples, &format!("rsspp_handoffs_pending{{{IF}}}")),
+        "3"
+    );
+    assert_eq!(
+        value_of(
+            &samples,
+            &format!("rsspp_handoffs_total{{{IF},outcome=\"forced\"}}")
+        ),
+        "1"
     );
     for b in 0..8 {
         assert_eq!(
             value_of(
                 &samples,
-                &format!("rsspp_bucket_packets_total{{bucket=\"{b}\"}}")
+                &format!("rsspp_bucket_packets_total{{{IF},bucket=\"{b}\"}}")
             ),
             (b * 10).to_string()
         );
         assert_eq!(
-            value_of(&samples, &format!("rsspp_bucket_cpu{{bucket=\"{b}\"}}")),
+            value_of(
+                &samples,
+                &format!("rsspp_bucket_cpu{{{IF},bucket=\"{b}\"}}")
+            ),
             if b % 2 == 0 { "0" } else { "3" }
         );
     }
+    // Every series names the interface.
+    assert!(
+        samples.iter().all(|(series, _)| series.contains(IF)),
+        "{samples:?}"
+    );
     assert_eq!(
         samples
             .iter()
@@ -121,9 +175,18 @@ fn per_cpu_and_per_bucket_series_carry_their_label() {
             .count(),
         8
     );
-    assert_eq!(value_of(&samples, "rsspp_imbalance_ratio"), "249");
-    assert_eq!(value_of(&samples, "rsspp_migrations_total"), "7");
-    assert_eq!(value_of(&samples, "rsspp_rounds_total"), "42");
+    assert_eq!(
+        value_of(&samples, &format!("rsspp_imbalance_ratio{{{IF}}}")),
+        "249"
+    );
+    assert_eq!(
+        value_of(&samples, &format!("rsspp_migrations_total{{{IF}}}")),
+        "7"
+    );
+    assert_eq!(
+        value_of(&samples, &format!("rsspp_rounds_total{{{IF}}}")),
+        "42"
+    );
     assert_eq!(
         value_of(
             &samples,
@@ -139,7 +202,8 @@ fn histogram_buckets_are_cumulative_and_end_at_inf() {
     let buckets: Vec<(String, u64)> = samples
         .iter()
         .filter_map(|(s, v)| {
-            let le = s.strip_prefix("rsspp_rebalance_seconds_bucket{le=\"")?;
+            let le =
+                s.strip_prefix("rsspp_rebalance_seconds_bucket{iface=\"veth-rsspp0\",le=\"")?;
             Some((le.trim_end_matches("\"}").to_string(), v.parse().unwrap()))
         })
         .collect();
@@ -156,10 +220,19 @@ fn histogram_buckets_are_cumulative_and_end_at_inf() {
     assert_eq!(count("0.00005"), 4);
     assert_eq!(count("0.01"), 4);
     assert!(buckets.windows(2).all(|w| w[0].1 <= w[1].1));
-    assert_eq!(value_of(&samples, "rsspp_rebalance_seconds_count"), "5");
-    let sum: f64 = value_of(&samples, "rsspp_rebalance_seconds_sum")
-        .parse()
-        .unwrap();
+    assert_eq!(
+        value_of(
+            &samples,
+            "rsspp_rebalance_seconds_count{iface=\"veth-rsspp0\"}"
+        ),
+        "5"
+    );
+    let sum: f64 = value_of(
+        &samples,
+        "rsspp_rebalance_seconds_sum{iface=\"veth-rsspp0\"}",
+    )
+    .parse()
+    .unwrap();
     assert!((sum - 20_046.5e-6).abs() < 1e-9, "sum {sum}");
 }
 
@@ -170,8 +243,9 @@ fn special_values_and_label_values_are_spelled_as_the_format_wants() {
     s.cpus[0].load = f64::NAN;
     s.iface = "we\"ird\\if\nname".into();
     let text = render(&s);
-    assert!(text.contains("\nrsspp_imbalance_ratio +Inf\n"));
-    assert!(text.contains("\nrsspp_cpu_load{cpu=\"0\"} NaN\n"));
+    let iface = "iface=\"we\\\"ird\\\\if\\nname\"";
+    assert!(text.contains(&format!("\nrsspp_imbalance_ratio{{{iface}}} +Inf\n")));
+    assert!(text.contains(&format!("\nrsspp_cpu_load{{{iface},cpu=\"0\"}} NaN\n")));
     assert!(text.contains("rsspp_info{iface=\"we\\\"ird\\\\if\\nname\",mode=\"software\"} 1\n"));
 }
 

@@ -5,7 +5,7 @@
 use std::fmt;
 use std::io;
 
-use super::options::{AttachMode, MAX_CPUMAP_QUEUE, MAX_RETA_SIZE};
+use super::options::{AttachMode, MAX_CPUMAP_QUEUE, MAX_RETA_SIZE, MAX_STEERING_CPU};
 use crate::cpu::CpuError;
 
 /// What went wrong with the XDP programs of one interface.
@@ -107,6 +107,15 @@ pub enum XdpErrorKind {
     /// A CPUMAP queue length out of range.
     #[error("CPUMAP queue length {0} is not between 1 and {MAX_CPUMAP_QUEUE}")]
     QueueSize(u32),
+    /// Order-preserving moves asked for in skb mode.
+    #[error("order-preserving moves need native mode: in skb mode the kernel passes no XDP metadata to the CPUMAP program")]
+    OrderedMovesNeedNative,
+    /// A CPU number too high for the table's entries.
+    #[error("CPU {0} is above {MAX_STEERING_CPU}, the highest a steering table can name")]
+    CpuTooHigh(u32),
+    /// Ordered moves were not loaded.
+    #[error("this program was loaded without order-preserving moves")]
+    NoHandoffs,
     /// A CPU that is not online.
     #[error("CPU {cpu} is offline or does not exist (online: {online})")]
     CpuOffline {

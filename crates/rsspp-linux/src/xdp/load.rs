@@ -7,7 +7,7 @@
 use std::ffi::CString;
 use std::io;
 use std::mem::MaybeUninit;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 
 use libbpf_rs::libbpf_sys;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
@@ -16,8 +16,8 @@ use rsspp_core::flow::MAX_HASH_INPUT;
 use rsspp_core::{RssKey, Toeplitz};
 
 use super::{
-    AttachMode, Kind, Maps, Program, Xdp, XdpError, XdpErrorKind, XdpOptions, MAX_CPUMAP_QUEUE,
-    MAX_RETA_SIZE,
+    AttachMode, Kind, Maps, Program, Xdp, XdpError, XdpErrorKind, XdpOptions, HANDOFF_GUARD,
+    MAX_CPUMAP_QUEUE, MAX_RETA_SIZE, MAX_STEERING_CPU,
 };
 use crate::cpu::CpuList;
 use crate::skel::{types, RssppSkelBuilder};
@@ -38,7 +38,11 @@ impl Xdp {
             return refuse(XdpErrorKind::TableSize(opts.reta_size));
         }
         let (kind, steer) = match program {
-            Program::Steer { cpus, cpumap_queue } => {
+            Program::Steer {
+                cpus,
+                cpumap_queue,
+                ordered_moves,
+            } => {
                 if cpus.is_empty() {
                     return refuse(XdpErrorKind::NoCpus);
                 }
@@ -46,7 +50,13 @@ impl Xdp {
                     return refuse(XdpErrorKind::QueueSize(cpumap_queue));
                 }
                 let online = CpuList::online().map_err(|e| XdpError::new(&iface, e.into()))?;
+                if ordered_moves && opts.attach == AttachMode::Skb {
+                    return refuse(XdpErrorKind::OrderedMovesNeedNative);
+                }
                 for &cpu in cpus.iter().chain([&opts.default_cpu]) {
+                    if cpu > MAX_STEERING_CPU {
+                        return refuse(XdpErrorKind::CpuTooHigh(cpu));
+                    }
                     if online.cpus().binary_search(&cpu).is_err() {
                         return refuse(XdpErrorKind::CpuOffline {
                             cpu,
@@ -54,7 +64,7 @@ impl Xdp {
                         });
                     }
                 }
-                (Kind::Steer, Some((cpus, cpumap_queue)))
+                (Kind::Steer, Some((cpus, cpumap_queue, ordered_moves)))
             }
             Program::Count { rx_hash: false } => (Kind::Count, None),
             Program::Count { rx_hash: true } => {
@@ -71,8 +81,9 @@ impl Xdp {
             bucket_mask: opts.reta_size as u32 - 1,
             default_cpu: opts.default_cpu,
             use_rx_hash: u32::from(kind == Kind::CountRxHash),
+            handoff_guard_ns: HANDOFF_GUARD.as_nanos() as u32,
         };
-        let (prog, maps) = load_object(
+        let (prog, dequeue, maps) = load_object(
             &iface,
             ifindex,
             kind,
@@ -81,13 +92,13 @@ impl Xdp {
             possible_cpus,
         )?;
 
-        let mut targets: Vec<u32> = steer.as_ref().map_or(Vec::new(), |(c, _)| c.clone());
+        let mut targets: Vec<u32> = steer.as_ref().map_or(Vec::new(), |(c, _, _)| c.clone());
         if kind == Kind::Steer {
             targets.push(opts.default_cpu);
         }
         targets.sort_unstable();
         targets.dedup();
-        let xdp = Xdp {
+        let mut xdp = Xdp {
             iface,
             ifindex,
             mode: opts.attach,
@@ -97,7 +108,9 @@ impl Xdp {
             possible_cpus,
             targets,
             prog,
+            ordered_moves: steer.as_ref().is_some_and(|&(_, _, o)| o),
             maps,
+            drops_link: None,
             attached: None,
         };
         xdp.update(
@@ -106,24 +119,59 @@ impl Xdp {
             &key_table(&opts.key),
             "writing the key table",
         )?;
-        if let Some((cpus, queue)) = steer {
+        if let Some((cpus, queue, ordered)) = steer {
             if let Some(cpumap) = &xdp.maps.cpumap {
-                xdp.fill_cpumap(cpumap, queue)?;
+                let dequeue = dequeue.as_ref().filter(|_| ordered);
+                xdp.fill_cpumap(cpumap, queue, dequeue)?;
             }
+            xdp.count_cpumap_drops()?;
             let table: Vec<u32> = (0..opts.reta_size).map(|i| cpus[i % cpus.len()]).collect();
             xdp.write_table(&table)?;
         }
         Ok(xdp)
     }
 
-    /// One CPUMAP entry per steering CPU; no program runs on the remote
-    /// CPU (the bpf_prog fd of `struct bpf_cpumap_val` stays 0).
-    fn fill_cpumap(&self, cpumap: &MapHandle, queue: u32) -> Result<(), XdpError> {
+    /// One CPUMAP entry per steering CPU, with `dequeue` (the handoffs'
+    /// CPUMAP program) run on the remote CPU as it dequeues, or none (the
+    /// bpf_prog fd of `struct bpf_cpumap_val` stays 0).
+    fn fill_cpumap(
+        &self,
+        cpumap: &MapHandle,
+        queue: u32,
+        dequeue: Option<&OwnedFd>,
+    ) -> Result<(), XdpError> {
         let mut value = [0u8; 8];
         value[..4].copy_from_slice(&queue.to_ne_bytes());
+        if let Some(fd) = dequeue {
+            value[4..].copy_from_slice(&fd.as_raw_fd().to_ne_bytes());
+        }
         for &cpu in &self.targets {
             self.update(cpumap, cpu, &value, "adding a CPU to the CPUMAP")?;
         }
+        Ok(())
+    }
+
+    /// Attaches the drop counter to the `xdp:xdp_cpumap_enqueue`
+    /// tracepoint, told the id of our CPUMAP (the tracepoint fires for
+    /// every CPUMAP on the machine).
+    fn count_cpumap_drops(&mut self) -> Result<(), XdpError> {
+        let (Some(id_map), Some(prog)) = (&self.maps.cpumap_id, &self.maps.drops_prog) else {
+            return Ok(());
+        };
+        let id = self.cpumap_id()?.unwrap_or(0);
+        self.update(id_map, 0, &id.to_ne_bytes(), "writing the CPUMAP's id")?;
+        let name = CString::new("xdp_cpumap_enqueue").expect("no NUL");
+        // SAFETY: a valid program fd and NUL-terminated name; a
+        // non-negative result is a new link fd that we own.
+        let fd = unsafe { libbpf_sys::bpf_raw_tracepoint_open(name.as_ptr(), prog.as_raw_fd()) };
+        if fd < 0 {
+            return Err(self.os_error(
+                "attaching the CPUMAP drop counter to xdp:xdp_cpumap_enqueue",
+                -fd,
+            ));
+        }
+        // SAFETY: `fd` was just returned to us and is owned by nobody else.
+        self.drops_link = Some(unsafe { OwnedFd::from_raw_fd(fd) });
         Ok(())
     }
 }
@@ -170,8 +218,9 @@ fn key_table(key: &RssKey) -> Vec<u8> {
 }
 
 /// Opens the object, sets its read-only globals to `settings`, loads the
-/// one program `kind` needs, and returns its fd and map handles; libbpf's
-/// object is closed on return.
+/// program `kind` needs (steering: with the handoffs' CPUMAP program and
+/// the drop counter), and returns its fd, the CPUMAP program's and the map
+/// handles; libbpf's object is closed on return.
 fn load_object(
     iface: &str,
     ifindex: u32,
@@ -179,7 +228,7 @@ fn load_object(
     settings: types::rodata,
     reta_size: usize,
     possible_cpus: usize,
-) -> Result<(std::os::fd::OwnedFd, Maps), XdpError> {
+) -> Result<(OwnedFd, Option<OwnedFd>, Maps), XdpError> {
     let bpf = |what: &'static str| move |source| XdpError::bpf(iface, what, source);
     let mut storage = MaybeUninit::uninit();
     let mut open = RssppSkelBuilder::default()
@@ -209,18 +258,33 @@ fn load_object(
         .rsspp_cpus
         .set_max_entries(possible_cpus as u32)
         .map_err(&sizing)?;
+    open.maps
+        .rsspp_handoff
+        .set_max_entries(reta_size as u32)
+        .map_err(&sizing)?;
+    open.maps
+        .rsspp_cpumap_drops
+        .set_max_entries(possible_cpus as u32)
+        .map_err(&sizing)?;
     if kind != Kind::Steer {
-        // Only the steering program uses them.
-        open.maps
-            .rsspp_reta
-            .set_autocreate(false)
-            .map_err(&sizing)?;
-        open.maps
-            .rsspp_cpumap
-            .set_autocreate(false)
-            .map_err(&sizing)?;
+        // Only the steering programs use them.
+        for map in [
+            &mut open.maps.rsspp_reta,
+            &mut open.maps.rsspp_cpumap,
+            &mut open.maps.rsspp_handoff,
+            &mut open.maps.rsspp_cpumap_drops,
+            &mut open.maps.rsspp_cpumap_id,
+        ] {
+            map.set_autocreate(false).map_err(&sizing)?;
+        }
     }
     open.progs.xdp_rsspp_steer.set_autoload(kind == Kind::Steer);
+    open.progs
+        .xdp_rsspp_dequeue
+        .set_autoload(kind == Kind::Steer);
+    open.progs
+        .rsspp_cpumap_drops_tp
+        .set_autoload(kind == Kind::Steer);
     open.progs.xdp_rsspp_count.set_autoload(kind == Kind::Count);
     open.progs
         .xdp_rsspp_rxh
@@ -243,30 +307,45 @@ fn load_object(
         Kind::Count => &skel.progs.xdp_rsspp_count,
         Kind::CountRxHash => &skel.progs.xdp_rsspp_rxh,
     };
-    let prog = prog.as_fd().try_clone_to_owned().map_err(|source| {
-        XdpError::new(
-            iface,
-            XdpErrorKind::Os {
-                what: "duplicating the program fd",
-                source,
-            },
-        )
-    })?;
+    let dup = |prog: &libbpf_rs::Program| {
+        prog.as_fd().try_clone_to_owned().map_err(|source| {
+            XdpError::new(
+                iface,
+                XdpErrorKind::Os {
+                    what: "duplicating the program fd",
+                    source,
+                },
+            )
+        })
+    };
+    let prog = dup(prog)?;
+    let steering = kind == Kind::Steer;
+    let dequeue = steering
+        .then(|| dup(&skel.progs.xdp_rsspp_dequeue))
+        .transpose()?;
+    let drops_prog = steering
+        .then(|| dup(&skel.progs.rsspp_cpumap_drops_tp))
+        .transpose()?;
+    let steering_map = |map: &libbpf_rs::Map| -> Result<Option<MapHandle>, XdpError> {
+        if steering {
+            Ok(Some(MapHandle::try_from(map).map_err(&handle)?))
+        } else {
+            Ok(None)
+        }
+    };
     let maps = Maps {
         key: MapHandle::try_from(&skel.maps.rsspp_key).map_err(&handle)?,
-        reta: match kind {
-            Kind::Steer => Some(MapHandle::try_from(&skel.maps.rsspp_reta).map_err(&handle)?),
-            _ => None,
-        },
-        cpumap: match kind {
-            Kind::Steer => Some(MapHandle::try_from(&skel.maps.rsspp_cpumap).map_err(&handle)?),
-            _ => None,
-        },
+        reta: steering_map(&skel.maps.rsspp_reta)?,
+        cpumap: steering_map(&skel.maps.rsspp_cpumap)?,
+        handoff: steering_map(&skel.maps.rsspp_handoff)?,
+        cpumap_drops: steering_map(&skel.maps.rsspp_cpumap_drops)?,
+        cpumap_id: steering_map(&skel.maps.rsspp_cpumap_id)?,
+        drops_prog,
         buckets: MapHandle::try_from(&skel.maps.rsspp_buckets).map_err(&handle)?,
         cpus: MapHandle::try_from(&skel.maps.rsspp_cpus).map_err(&handle)?,
         counters: MapHandle::try_from(&skel.maps.rsspp_counters).map_err(&handle)?,
     };
-    Ok((prog, maps))
+    Ok((prog, dequeue, maps))
 }
 
 /// Names the cause of a failed load: privileges, a kernel without XDP or

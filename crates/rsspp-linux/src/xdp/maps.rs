@@ -31,6 +31,60 @@ pub struct OtherCounts {
     pub rx_hash: u64,
     /// Frames for which the driver gave no RX hash (Toeplitz instead).
     pub rx_hash_missing: u64,
+    /// Buckets the steering program switched to their new CPU once the
+    /// old one had drained them.
+    pub handoff_switched: u64,
+    /// Frames sent to a bucket's old CPU while it drained.
+    pub handoff_held: u64,
+    /// Frames of a bucket in handoff that found no room for the stamp in
+    /// the XDP metadata area (not tracked: the handoff waits for the next).
+    pub handoff_no_meta: u64,
+}
+
+/// How far a bucket's handoff has drained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HandoffState {
+    /// Frames sent to the old CPU since the handoff began.
+    pub sent: u64,
+    /// The last of those the old CPU dequeued (`sent` when drained).
+    pub dequeued: u64,
+}
+
+impl HandoffState {
+    /// Nothing of the bucket waits on the old CPU (nothing was sent, or
+    /// the last frame sent was dequeued).
+    pub fn drained(&self) -> bool {
+        self.sent == self.dequeued
+    }
+}
+
+/// Bits of a table entry: the CPU, and the CPU a bucket in handoff goes to
+/// (plus one; 0 for none). As in the C code's `RETA_CPU_MASK` and
+/// `RETA_NEXT_SHIFT`.
+const ENTRY_CPU_MASK: u32 = 0xffff;
+const ENTRY_NEXT_SHIFT: u32 = 16;
+
+/// One entry of the steering table, as the program sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    /// The CPU the bucket's frames go to now.
+    pub cpu: u32,
+    /// The CPU it moves to once drained, if it is in handoff.
+    pub next: Option<u32>,
+}
+
+impl Entry {
+    fn decode(raw: u32) -> Self {
+        let next = raw >> ENTRY_NEXT_SHIFT;
+        Entry {
+            cpu: raw & ENTRY_CPU_MASK,
+            next: (next != 0).then(|| next - 1),
+        }
+    }
+
+    fn encode(self) -> u32 {
+        self.cpu | self.next.map_or(0, |n| (n + 1) << ENTRY_NEXT_SHIFT)
+    }
 }
 
 impl Xdp {
@@ -47,37 +101,162 @@ impl Xdp {
         self.write_entries(&entries)
     }
 
-    /// Rewrites some entries (steering only): `(bucket, cpu)` pairs. All
-    /// are checked before any is written. Each entry changes atomically;
-    /// packets already redirected keep their CPU.
+    /// Rewrites some entries (steering only): `(bucket, cpu)` pairs, each
+    /// taking effect at once (a bucket in handoff is switched, drained or
+    /// not). All are checked before any is written. Each entry changes
+    /// atomically; packets already redirected keep their CPU.
     pub fn write_entries(&self, entries: &[(usize, u32)]) -> Result<(), XdpError> {
+        let entries: Vec<(usize, Entry)> = entries
+            .iter()
+            .map(|&(b, cpu)| (b, Entry { cpu, next: None }))
+            .collect();
+        self.write_raw(&entries)
+    }
+
+    /// Moves buckets without reordering (steering with
+    /// [`Xdp::ordered_moves`]): `(bucket, from, to)`, where `from` is the
+    /// CPU the bucket's frames go to now. Each stays on `from` until `from`
+    /// has dequeued every frame of it sent so far; the first frame after
+    /// that switches it to `to` ([`Xdp::entries`] then shows it settled).
+    /// With `fresh`, the handoffs start over (the bucket was settled);
+    /// without, they go on towards a new `to` (the bucket was still in
+    /// handoff from `from`).
+    pub fn begin_handoffs(&self, moves: &[(usize, u32, u32)], fresh: bool) -> Result<(), XdpError> {
+        if !self.ordered_moves {
+            return Err(self.error(XdpErrorKind::NoHandoffs));
+        }
+        let handoff = self
+            .maps
+            .handoff
+            .as_ref()
+            .ok_or_else(|| self.error(XdpErrorKind::NoTable))?;
+        let entries: Vec<(usize, Entry)> = moves
+            .iter()
+            .map(|&(b, from, to)| {
+                (
+                    b,
+                    Entry {
+                        cpu: from,
+                        next: Some(to),
+                    },
+                )
+            })
+            .collect();
+        self.check(&entries)?;
+        if fresh && !moves.is_empty() {
+            let state = [0u8; std::mem::size_of::<crate::skel::types::handoff>()];
+            let mut keys = Vec::with_capacity(moves.len() * 4);
+            let mut values = Vec::with_capacity(moves.len() * state.len());
+            for &(bucket, _, _) in moves {
+                keys.extend_from_slice(&(bucket as u32).to_ne_bytes());
+                values.extend_from_slice(&state);
+            }
+            handoff
+                .update_batch(
+                    &keys,
+                    &values,
+                    moves.len() as u32,
+                    MapFlags::ANY,
+                    MapFlags::ANY,
+                )
+                .map_err(|source| self.bpf_error("resetting the handoffs", source))?;
+        }
+        self.write_raw(&entries)
+    }
+
+    /// The entries of `buckets`, as the program sees them now.
+    pub fn entries(&self, buckets: &[usize]) -> Result<Vec<Entry>, XdpError> {
         let reta = self
             .maps
             .reta
             .as_ref()
             .ok_or_else(|| self.error(XdpErrorKind::NoTable))?;
-        for &(bucket, cpu) in entries {
+        buckets
+            .iter()
+            .map(|&b| {
+                let raw = reta
+                    .lookup(&(b as u32).to_ne_bytes(), MapFlags::ANY)
+                    .map_err(|source| self.bpf_error("reading the indirection table", source))?
+                    .and_then(|v| Some(u32::from_ne_bytes(v.get(..4)?.try_into().ok()?)))
+                    .unwrap_or(0);
+                Ok(Entry::decode(raw))
+            })
+            .collect()
+    }
+
+    /// How far the handoff of `bucket` has drained.
+    pub fn handoff_state(&self, bucket: usize) -> Result<HandoffState, XdpError> {
+        let handoff = self
+            .maps
+            .handoff
+            .as_ref()
+            .ok_or_else(|| self.error(XdpErrorKind::NoHandoffs))?;
+        let value = handoff
+            .lookup(&(bucket as u32).to_ne_bytes(), MapFlags::ANY)
+            .map_err(|source| self.bpf_error("reading a handoff", source))?
+            .unwrap_or_default();
+        let word = |i: usize| {
+            value
+                .get(i * 8..i * 8 + 8)
+                .map_or(0, |w| u64::from_ne_bytes(w.try_into().expect("8 bytes")))
+        };
+        // struct handoff { enq_seq, deq_seq, deq_ns }
+        Ok(HandoffState {
+            sent: word(0),
+            dequeued: word(1),
+        })
+    }
+
+    /// Frames the CPUMAP dropped because a CPU's queue was full, per CPU
+    /// since load (steering; zeros otherwise); `out` has
+    /// [`Xdp::possible_cpus`] slots.
+    pub fn cpumap_drops(&self, out: &mut [u64]) -> Result<(), XdpError> {
+        match &self.maps.cpumap_drops {
+            Some(map) => self.percpu_sums(map, out, "CPUMAP drops"),
+            None => {
+                out.fill(0);
+                Ok(())
+            }
+        }
+    }
+
+    /// Checks entries against the table and the steering CPUs.
+    fn check(&self, entries: &[(usize, Entry)]) -> Result<(), XdpError> {
+        for &(bucket, e) in entries {
             if bucket >= self.reta_size {
                 return Err(self.error(XdpErrorKind::BucketOutOfRange {
                     bucket,
                     size: self.reta_size,
                 }));
             }
-            if self.targets.binary_search(&cpu).is_err() {
-                return Err(self.error(XdpErrorKind::CpuNotSteered {
-                    cpu,
-                    targets: CpuList::from_cpus(self.targets.clone()).to_string(),
-                }));
+            for cpu in [Some(e.cpu), e.next].into_iter().flatten() {
+                if self.targets.binary_search(&cpu).is_err() {
+                    return Err(self.error(XdpErrorKind::CpuNotSteered {
+                        cpu,
+                        targets: CpuList::from_cpus(self.targets.clone()).to_string(),
+                    }));
+                }
             }
         }
+        Ok(())
+    }
+
+    /// Checks and writes entries, in one batch.
+    fn write_raw(&self, entries: &[(usize, Entry)]) -> Result<(), XdpError> {
+        let reta = self
+            .maps
+            .reta
+            .as_ref()
+            .ok_or_else(|| self.error(XdpErrorKind::NoTable))?;
+        self.check(entries)?;
         if entries.is_empty() {
             return Ok(());
         }
         let mut keys = Vec::with_capacity(entries.len() * 4);
         let mut values = Vec::with_capacity(entries.len() * 4);
-        for &(bucket, cpu) in entries {
+        for &(bucket, e) in entries {
             keys.extend_from_slice(&(bucket as u32).to_ne_bytes());
-            values.extend_from_slice(&cpu.to_ne_bytes());
+            values.extend_from_slice(&e.encode().to_ne_bytes());
         }
         reta.update_batch(
             &keys,
@@ -112,6 +291,9 @@ impl Xdp {
             redirect_failed: at(Counter::COUNTER_REDIRECT_FAILED),
             rx_hash: at(Counter::COUNTER_RX_HASH),
             rx_hash_missing: at(Counter::COUNTER_RX_HASH_MISSING),
+            handoff_switched: at(Counter::COUNTER_HANDOFF_SWITCHED),
+            handoff_held: at(Counter::COUNTER_HANDOFF_HELD),
+            handoff_no_meta: at(Counter::COUNTER_HANDOFF_NO_META),
         })
     }
 
@@ -215,6 +397,7 @@ mod tests {
             Program::Steer {
                 cpus: vec![0],
                 cpumap_queue: 16,
+                ordered_moves: true,
             },
         )
         .unwrap();
@@ -244,5 +427,136 @@ mod tests {
         let mut cpus = vec![0; x.possible_cpus()];
         x.cpu_packets(&mut cpus).unwrap();
         assert_eq!(cpus.iter().sum::<u64>(), 5);
+    }
+}
+
+#[cfg(test)]
+mod handoff_tests {
+    use super::super::{Program, XdpAction, XdpOptions};
+    use super::*;
+
+    /// Ethernet, IPv4 (10.0.0.1 -> 10.0.0.2, UDP), UDP 1 -> 2.
+    fn frame() -> Vec<u8> {
+        let mut frame = vec![0u8; 42];
+        frame[12..14].copy_from_slice(&[0x08, 0x00]);
+        frame[14] = 0x45;
+        frame[23] = 17;
+        frame[26..34].copy_from_slice(&[10, 0, 0, 1, 10, 0, 0, 2]);
+        frame[34..38].copy_from_slice(&[0, 1, 0, 2]);
+        frame
+    }
+
+    /// The program's side of a handoff, step by step: a moved bucket stays
+    /// on its old CPU, each frame sent there stamped, until the old CPU has
+    /// dequeued the last stamped one (written here as the CPUMAP program
+    /// would); the next frame switches it.
+    #[test]
+    fn a_bucket_switches_only_once_its_old_cpu_has_dequeued_its_last_frame() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipping handoff test: loading XDP programs needs root (CI runs as root)");
+            return;
+        }
+        let online = CpuList::online().unwrap();
+        if online.len() < 2 {
+            eprintln!("skipping handoff test: a move needs two CPUs");
+            return;
+        }
+        let (a, b) = (online.cpus()[0], online.cpus()[1]);
+        let mut opts = XdpOptions::new("lo");
+        opts.reta_size = 1; // every frame in bucket 0
+        let x = Xdp::load(
+            &opts,
+            Program::Steer {
+                cpus: vec![a, b],
+                cpumap_queue: 16,
+                ordered_moves: true,
+            },
+        )
+        .unwrap();
+        x.write_entries(&[(0, a)]).unwrap();
+        x.begin_handoffs(&[(0, a, b)], true).unwrap();
+        assert_eq!(
+            x.entries(&[0]).unwrap(),
+            vec![Entry {
+                cpu: a,
+                next: Some(b)
+            }]
+        );
+        let run = x.test_run(&frame(), 3).unwrap();
+        assert_eq!(run.action, XdpAction::Redirect);
+        // Three frames sent to the old CPU, stamped 1 to 3; none dequeued.
+        assert_eq!(
+            x.handoff_state(0).unwrap(),
+            HandoffState {
+                sent: 3,
+                dequeued: 0
+            }
+        );
+        assert_eq!(x.entries(&[0]).unwrap()[0].next, Some(b), "still held");
+        // The old CPU dequeued stamp 2 of 3: still held.
+        let handoff = x.maps.handoff.as_ref().unwrap();
+        let state = |deq: u64| {
+            let mut v = Vec::new();
+            v.extend_from_slice(&3u64.to_ne_bytes());
+            v.extend_from_slice(&deq.to_ne_bytes());
+            v.extend_from_slice(&0u64.to_ne_bytes()); // dequeued long ago
+            v
+        };
+        handoff
+            .update(&0u32.to_ne_bytes(), &state(2), MapFlags::ANY)
+            .unwrap();
+        x.test_run(&frame(), 1).unwrap();
+        assert_eq!(x.handoff_state(0).unwrap().sent, 4);
+        assert_eq!(x.entries(&[0]).unwrap()[0].next, Some(b), "still held");
+        // Now the last one it was sent: the next frame switches the bucket.
+        let mut v = state(4);
+        v[..8].copy_from_slice(&4u64.to_ne_bytes());
+        handoff
+            .update(&0u32.to_ne_bytes(), &v, MapFlags::ANY)
+            .unwrap();
+        x.test_run(&frame(), 1).unwrap();
+        assert_eq!(x.entries(&[0]).unwrap(), vec![Entry { cpu: b, next: None }]);
+        let other = x.other_counts().unwrap();
+        assert_eq!((other.handoff_held, other.handoff_switched), (4, 1));
+        let mut cpus = vec![0; x.possible_cpus()];
+        x.cpu_packets(&mut cpus).unwrap();
+        assert_eq!((cpus[a as usize], cpus[b as usize]), (4, 1));
+    }
+
+    #[test]
+    fn handoffs_need_the_program_loaded_with_them() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipping handoff test: loading XDP programs needs root (CI runs as root)");
+            return;
+        }
+        let mut opts = XdpOptions::new("lo");
+        opts.reta_size = 4;
+        let x = Xdp::load(
+            &opts,
+            Program::Steer {
+                cpus: vec![0],
+                cpumap_queue: 16,
+                ordered_moves: false,
+            },
+        )
+        .unwrap();
+        let e = x.begin_handoffs(&[(0, 0, 0)], true).unwrap_err();
+        assert!(matches!(e.kind(), XdpErrorKind::NoHandoffs), "{e}");
+        opts.attach = super::super::AttachMode::Skb;
+        let e = Xdp::load(
+            &opts,
+            Program::Steer {
+                cpus: vec![0],
+                cpumap_queue: 16,
+                ordered_moves: true,
+            },
+        )
+        .unwrap_err();
+        assert!(
+            matches!(e.kind(), XdpErrorKind::OrderedMovesNeedNative),
+            "{e}"
+        );
     }
 }

@@ -32,10 +32,10 @@ use std::os::fd::{AsFd, OwnedFd};
 use libbpf_rs::{MapCore, MapHandle};
 
 pub use error::{XdpError, XdpErrorKind};
-pub use maps::OtherCounts;
+pub use maps::{Entry, HandoffState, OtherCounts};
 pub use options::{
-    AttachMode, BadAttachMode, Program, XdpOptions, DEFAULT_CPUMAP_QUEUE, MAX_CPUMAP_QUEUE,
-    MAX_RETA_SIZE,
+    AttachMode, BadAttachMode, Program, XdpOptions, DEFAULT_CPUMAP_QUEUE, HANDOFF_GUARD,
+    MAX_CPUMAP_QUEUE, MAX_RETA_SIZE, MAX_STEERING_CPU,
 };
 pub use test_run::{TestRun, XdpAction};
 
@@ -51,6 +51,14 @@ struct Maps {
     reta: Option<MapHandle>,
     /// Steering only.
     cpumap: Option<MapHandle>,
+    /// Steering only: how far each bucket's handoff has drained.
+    handoff: Option<MapHandle>,
+    /// Steering only: frames the CPUMAP dropped, per target CPU.
+    cpumap_drops: Option<MapHandle>,
+    /// Steering only: our CPUMAP's id, for the drop counter.
+    cpumap_id: Option<MapHandle>,
+    /// Steering only: the drop counter, attached after load.
+    drops_prog: Option<OwnedFd>,
     buckets: MapHandle,
     cpus: MapHandle,
     counters: MapHandle,
@@ -69,7 +77,11 @@ pub struct Xdp {
     /// CPUs with a CPUMAP entry, sorted: the only ones a table may name.
     targets: Vec<u32>,
     prog: OwnedFd,
+    /// The CPUMAP entries run the handoffs' dequeue program.
+    ordered_moves: bool,
     maps: Maps,
+    /// The drop counter's tracepoint link (steering only).
+    drops_link: Option<OwnedFd>,
     attached: Option<Attachment>,
 }
 
@@ -119,6 +131,12 @@ impl Xdp {
     /// Number of possible CPUs: the length [`Xdp::cpu_packets`] wants.
     pub fn possible_cpus(&self) -> usize {
         self.possible_cpus
+    }
+
+    /// Whether moves can keep order ([`Program::Steer`]'s `ordered_moves`):
+    /// [`Xdp::begin_handoffs`] works.
+    pub fn ordered_moves(&self) -> bool {
+        self.ordered_moves
     }
 
     /// The CPUs a table may name (the steering CPUs and the default CPU);

@@ -18,6 +18,15 @@ pub const DEFAULT_CPUMAP_QUEUE: u32 = 2048;
 /// Longest CPUMAP queue the kernel accepts.
 pub const MAX_CPUMAP_QUEUE: u32 = 16_384;
 
+/// Highest CPU number a steering table may name (entries keep the CPU in
+/// 16 bits, and the CPU a bucket is moving to in the other 16).
+pub const MAX_STEERING_CPU: u32 = 0xfffe;
+
+/// How long after the old CPU dequeued a bucket's last frame a handoff
+/// switches the bucket to its new CPU: the time that CPU's thread takes to
+/// pass the rest of its batch (at most 8 frames) up the stack, with room.
+pub const HANDOFF_GUARD: std::time::Duration = std::time::Duration::from_micros(50);
+
 /// How the program is attached, named as in xdp-tools.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum AttachMode {
@@ -118,6 +127,14 @@ pub enum Program {
         /// Frames queued per CPU before the CPUMAP drops
         /// ([`DEFAULT_CPUMAP_QUEUE`]).
         cpumap_queue: u32,
+        /// Order-preserving moves: a CPUMAP program on each steering CPU
+        /// notes what it dequeued, so that [`Xdp::begin_handoffs`] can keep
+        /// a moved bucket on its old CPU until that CPU has drained it.
+        /// Native mode only: in skb mode the kernel passes no XDP metadata
+        /// to the CPUMAP program, and the handoffs would never drain.
+        ///
+        /// [`Xdp::begin_handoffs`]: super::Xdp::begin_handoffs
+        ordered_moves: bool,
     },
     /// Hardware RSS: count only. With `rx_hash`, `xdp_rsspp_rxh` takes the
     /// NIC's hash through the `bpf_xdp_metadata_rx_hash` kfunc (a program

@@ -15,7 +15,7 @@ use rsspp_core::balance::BalanceError;
 use rsspp_core::{ControlConfig, Setting};
 use rsspp_linux::cpu::CpuList;
 use rsspp_linux::service::{
-    self, ConfigError, LoadSource, ServiceConfig, ServiceError, Steering,
+    self, ConfigError, LoadSource, Moves, ServiceConfig, ServiceError, Steering,
     DEFAULT_SOFTWARE_RETA_SIZE,
 };
 use rsspp_linux::xdp::{AttachMode, DEFAULT_CPUMAP_QUEUE};
@@ -38,6 +38,15 @@ enum XdpModeArg {
     Native,
     /// Generic XDP on the kernel's socket buffers (any interface).
     Skb,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum MovesArg {
+    /// A moved bucket stays on its old CPU until that CPU has drained it:
+    /// no packet of a flow overtakes an earlier one (native XDP).
+    Ordered,
+    /// At once: packets still queued on the old CPU may be overtaken.
+    Immediate,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -124,6 +133,9 @@ pub struct RunArgs {
     /// Count and report only: never move a bucket.
     #[arg(long)]
     no_balance: bool,
+    /// Software mode: how a moved bucket's packets switch CPU.
+    #[arg(long, value_enum, default_value = "ordered")]
+    moves: MovesArg,
     /// How to attach the XDP program.
     #[arg(long, value_enum, default_value = "native")]
     xdp_mode: XdpModeArg,
@@ -226,6 +238,11 @@ fn check(args: &RunArgs) -> Result<ServiceConfig, CliError> {
         keep: args.keep,
         duration,
         churn: args.churn,
+        moves: match args.moves {
+            MovesArg::Ordered => Moves::Ordered,
+            MovesArg::Immediate => Moves::Immediate,
+        },
+        ..ServiceConfig::new(args.iface.clone(), Vec::new())
     };
     config.validate().map_err(|e| match e {
         ConfigError::Control(e) => bad_option(args, e),

@@ -408,6 +408,7 @@ mod tests {
                 cpu,
                 load,
                 packets_total,
+                cpumap_full_total: 0,
             })
             .collect();
         s.buckets = (0..16u32)
