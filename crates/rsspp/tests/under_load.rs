@@ -1,12 +1,17 @@
-//! Bucket moves under load, counted at a real receiver (root; CI is root).
+//! The daemon under load, checked at a real receiver and against the
+//! kernel's own tracepoint (root; CI is root).
 //!
 //! A veth pair in a network namespace made for the test; `rsspp run` steers
-//! veth1's packets over two CPUs and moves random buckets every round
-//! (`--churn`). A sender writes UDP frames of 256 flows into veth0, each
-//! frame carrying its flow's sequence number; a UDP socket behind veth1
-//! counts, per flow, the packets that arrive after a later one of the same
-//! flow (reordered). With the default order-preserving moves none is; with
-//! `--moves immediate` (the mechanism off) moves under load reorder.
+//! veth1's packets over two CPUs. A sender writes UDP frames of 256 flows
+//! into veth0, each frame carrying its flow's sequence number; a UDP socket
+//! behind veth1 counts, per flow, the packets that arrive after a later one
+//! of the same flow (reordered).
+//!
+//! - Moves: random buckets move every round (`--churn`). With the default
+//!   order-preserving moves no packet is reordered; with `--moves
+//!   immediate` (the mechanism off) moves under load reorder.
+//! - Drops: with short CPUMAP queues, the frames the daemon reports dropped
+//!   are the ones the kernel's `xdp:xdp_cpumap_enqueue` tracepoint reports.
 
 #[path = "../../rsspp-linux/tests/common/netns.rs"]
 #[allow(dead_code)]
@@ -27,6 +32,10 @@ const PORT: u16 = 9_000;
 /// Frames per second the sender aims at, and for how long.
 const PPS: u64 = 250_000;
 const SECONDS: u64 = 5;
+
+/// One test at a time: each wants both CPUs to itself, and the kernel's
+/// tracepoint counts every CPUMAP's drops.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn ready() -> bool {
     // SAFETY: geteuid has no preconditions.
@@ -200,13 +209,23 @@ fn sample(m: &BTreeMap<String, f64>, prefix: &str, part: &str) -> f64 {
 struct Outcome {
     sent: u64,
     received: Received,
-    migrations: f64,
-    forced: f64,
+    metrics: BTreeMap<String, f64>,
     log: String,
 }
 
-/// One run: the daemon with `moves`, churning, while the sender sends.
-fn run(moves: &str, port: u16) -> Outcome {
+impl Outcome {
+    fn migrations(&self) -> f64 {
+        sample(&self.metrics, "rsspp_migrations_total", "")
+    }
+
+    fn forced(&self) -> f64 {
+        sample(&self.metrics, "rsspp_handoffs_total", "forced")
+    }
+}
+
+/// One run: the daemon with `args` while the sender sends; `during` runs
+/// in the meantime (and its result is returned).
+fn run<T: Send>(args: &[&str], port: u16, during: impl FnOnce() -> T + Send) -> (Outcome, T) {
     let ns = Netns::with_veth("order");
     ns.ip(&["link", "set", "lo", "up"]);
     ns.ip(&["addr", "add", "10.0.0.2/24", "dev", DUT]);
@@ -214,13 +233,13 @@ fn run(moves: &str, port: u16) -> Outcome {
         ns.exec(&["sysctl", "-qw", &format!("net.ipv4.conf.{key}.rp_filter=0")]);
     }
     let (dst, src) = (mac_of(&ns, DUT), mac_of(&ns, "veth0"));
-    let log = std::env::temp_dir().join(format!("rsspp-order-{moves}-{}.log", std::process::id()));
+    let log = std::env::temp_dir().join(format!("rsspp-load-{port}-{}.log", std::process::id()));
     let mut daemon: Child = Command::new("ip")
         .args([
             "netns", "exec", &ns.name, RSSPP, "-v", "run", "--iface", DUT,
         ])
-        .args(["--cpus", "0,1", "--no-balance", "--churn", "32"])
-        .args(["--moves", moves])
+        .args(["--cpus", "0,1"])
+        .args(args)
         .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
         .args(["--duration", &(SECONDS + 10).to_string()])
         .stdout(Stdio::null())
@@ -233,7 +252,7 @@ fn run(moves: &str, port: u16) -> Outcome {
         std::thread::sleep(Duration::from_millis(100));
     }
     let stop = AtomicBool::new(false);
-    let (sent, received) = ns.run(|| {
+    let (sent, received, extra) = ns.run(|| {
         let socket = std::net::UdpSocket::bind(("0.0.0.0", PORT)).unwrap();
         let big: libc::c_int = 64 << 20;
         // SAFETY: a valid socket and option value.
@@ -248,24 +267,35 @@ fn run(moves: &str, port: u16) -> Outcome {
         };
         std::thread::scope(|s| {
             let receiver = s.spawn(|| receive(&socket, &stop));
-            let sent = send(dst, src);
+            let sender = s.spawn(|| send(dst, src));
+            let extra = during();
+            let sent = sender.join().unwrap();
             std::thread::sleep(Duration::from_millis(500));
             stop.store(true, Ordering::Relaxed);
-            (sent, receiver.join().unwrap())
+            (sent, receiver.join().unwrap(), extra)
         })
     });
+    // The last counters are published with the next round.
+    std::thread::sleep(Duration::from_millis(1200));
     let m = scrape(&ns, port).expect("metrics after the run");
     // SAFETY: kill on our own child's pid.
     unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
     let _ = daemon.wait();
     let log = std::fs::read_to_string(&log).unwrap_or_default();
-    Outcome {
-        sent,
-        received,
-        migrations: sample(&m, "rsspp_migrations_total", ""),
-        forced: sample(&m, "rsspp_handoffs_total", "forced"),
-        log,
-    }
+    (
+        Outcome {
+            sent,
+            received,
+            metrics: m,
+            log,
+        },
+        extra,
+    )
+}
+
+fn churn(moves: &str, port: u16) -> Outcome {
+    let args = ["--no-balance", "--churn", "32", "--moves", moves];
+    run(&args, port, || ()).0
 }
 
 #[test]
@@ -273,19 +303,20 @@ fn moves_under_load_keep_each_flows_order() {
     if !ready() {
         return;
     }
-    let ordered = run("ordered", 19_470);
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let ordered = churn("ordered", 19_470);
     eprintln!(
         "ordered: sent {}, received {}, reordered {}, {} moves, {} forced",
         ordered.sent,
         ordered.received.packets,
         ordered.received.reordered,
-        ordered.migrations,
-        ordered.forced
+        ordered.migrations(),
+        ordered.forced()
     );
     assert!(
-        ordered.migrations >= 1_000.0,
+        ordered.migrations() >= 1_000.0,
         "too few moves to tell: {}\n{}",
-        ordered.migrations,
+        ordered.migrations(),
         ordered.log
     );
     assert!(
@@ -295,23 +326,132 @@ fn moves_under_load_keep_each_flows_order() {
         ordered.sent
     );
     assert_eq!(
-        ordered.received.reordered, 0,
+        ordered.received.reordered,
+        0,
         "order-preserving moves reordered packets ({} forced handoffs)",
-        ordered.forced
+        ordered.forced()
     );
 
     // The same with the mechanism off: the test can fail.
-    let immediate = run("immediate", 19_471);
+    let immediate = churn("immediate", 19_471);
     eprintln!(
         "immediate: sent {}, received {}, reordered {}, {} moves",
         immediate.sent,
         immediate.received.packets,
         immediate.received.reordered,
-        immediate.migrations
+        immediate.migrations()
     );
-    assert!(immediate.migrations >= 1_000.0, "{}", immediate.log);
+    assert!(immediate.migrations() >= 1_000.0, "{}", immediate.log);
     assert!(
         immediate.received.reordered > 0,
         "immediate moves under load reordered nothing: the test cannot tell"
     );
+}
+
+/// A trace instance of the kernel's own, summing the `drops` of the
+/// `xdp:xdp_cpumap_enqueue` events while it is open.
+struct CpumapDropTrace {
+    dir: std::path::PathBuf,
+}
+
+impl CpumapDropTrace {
+    /// `None` when tracefs cannot be had (printed).
+    fn start() -> Option<Self> {
+        let root = std::path::Path::new("/sys/kernel/tracing");
+        if !root.join("instances").is_dir() {
+            let _ = Command::new("mount")
+                .args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"])
+                .status();
+        }
+        if !root.join("events/xdp/xdp_cpumap_enqueue").is_dir() {
+            eprintln!("skipping the kernel's count: no tracefs or no xdp:xdp_cpumap_enqueue");
+            return None;
+        }
+        let dir = root.join(format!("instances/rsspp-drops-{}", std::process::id()));
+        std::fs::create_dir(&dir).unwrap();
+        let event = dir.join("events/xdp/xdp_cpumap_enqueue");
+        std::fs::write(dir.join("buffer_size_kb"), "16384").unwrap();
+        std::fs::write(event.join("filter"), "drops > 0").unwrap();
+        std::fs::write(event.join("enable"), "1").unwrap();
+        Some(Self { dir })
+    }
+
+    /// Stops tracing; the frames dropped, by target CPU, and whether the
+    /// buffer overflowed.
+    fn stop(self) -> (BTreeMap<u32, u64>, bool) {
+        let event = self.dir.join("events/xdp/xdp_cpumap_enqueue");
+        std::fs::write(event.join("enable"), "0").unwrap();
+        let text = std::fs::read_to_string(self.dir.join("trace")).unwrap();
+        let mut drops = BTreeMap::new();
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let field = |name: &str| -> Option<u64> {
+                let at = line.find(&format!(" {name}="))? + name.len() + 2;
+                line[at..].split_whitespace().next()?.parse().ok()
+            };
+            if let (Some(d), Some(cpu)) = (field("drops"), field("to_cpu")) {
+                *drops.entry(cpu as u32).or_insert(0) += d;
+            }
+        }
+        let stats =
+            std::fs::read_to_string(self.dir.join("per_cpu/cpu0/stats")).unwrap_or_default();
+        let overrun = stats
+            .lines()
+            .any(|l| l.starts_with("overrun:") && l.split_whitespace().nth(1) != Some("0"));
+        drop(self);
+        (drops, overrun)
+    }
+}
+
+impl Drop for CpumapDropTrace {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.dir.join("events/xdp/xdp_cpumap_enqueue/enable"), "0");
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+#[test]
+fn the_drops_reported_are_the_ones_the_kernel_saw() {
+    if !ready() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(trace) = CpumapDropTrace::start() else {
+        return;
+    };
+    // Queues of 8 frames overflow at this rate.
+    let args = ["--no-balance", "--cpumap-queue", "8"];
+    let (out, ()) = run(&args, 19_472, || ());
+    let (kernel, overrun) = trace.stop();
+    assert!(
+        !overrun,
+        "the trace buffer overflowed: the kernel's count is short"
+    );
+    let reported: BTreeMap<u32, u64> = [0u32, 1]
+        .into_iter()
+        .map(|cpu| {
+            let v = sample(
+                &out.metrics,
+                "rsspp_dropped_packets_total",
+                &format!("cpu=\"{cpu}\""),
+            );
+            (cpu, v as u64)
+        })
+        .filter(|&(_, v)| v > 0)
+        .collect();
+    let lost = out.sent - out.received.packets;
+    eprintln!(
+        "drops: kernel {kernel:?}, reported {reported:?}; sent {}, received {}",
+        out.sent, out.received.packets
+    );
+    let total: u64 = kernel.values().sum();
+    assert!(
+        total > 0,
+        "no drop to compare: the queues kept up\n{}",
+        out.log
+    );
+    assert_eq!(
+        reported, kernel,
+        "per CPU, reported vs the kernel's tracepoint"
+    );
+    assert!(lost >= total, "the receiver missed fewer than were dropped");
 }
