@@ -1,8 +1,10 @@
 //! `rsspp bench xdp`: the XDP programs' cost per packet, measured in the
 //! kernel with `BPF_PROG_TEST_RUN` (the program runs `--repeat` times on
 //! one frame; the kernel reports the mean time per run). Count-only
-//! (hardware mode, Toeplitz in BPF) and steering (software mode, Toeplitz,
-//! table lookup and CPUMAP redirect), on an IPv4 TCP and an IPv6 UDP frame.
+//! (hardware mode, Toeplitz in BPF), steering (software mode, Toeplitz,
+//! table lookup and CPUMAP redirect) and steering a bucket in handoff (the
+//! frame stamped for the order-preserving move), on an IPv4 TCP and an IPv6
+//! UDP frame.
 //! The programs are loaded for `lo` but never attached. Needs root.
 
 use std::io::Write;
@@ -76,21 +78,31 @@ fn measure(args: &BenchXdpArgs) -> Result<Vec<Case>, CliError> {
     let mut opts = XdpOptions::new("lo");
     opts.reta_size = args.reta_size;
     opts.default_cpu = cpus[0];
-    let programs = [
+    let steer = Program::Steer {
+        cpus: cpus.clone(),
+        cpumap_queue: DEFAULT_CPUMAP_QUEUE,
+        ordered_moves: true,
+    };
+    let mut programs = vec![
         ("count", Program::Count { rx_hash: false }),
-        (
-            "steer",
-            Program::Steer {
-                cpus,
-                cpumap_queue: DEFAULT_CPUMAP_QUEUE,
-                ordered_moves: true,
-            },
-        ),
+        ("steer", steer.clone()),
     ];
+    // A bucket in handoff whose old CPU never drains it: every frame takes
+    // the held path (stamp in the metadata, atomic sequence number).
+    if cpus.len() > 1 {
+        programs.push(("handoff", steer));
+    }
     let frames = [("IPv4 TCP", ipv4_tcp()), ("IPv6 UDP", ipv6_udp())];
     let mut cases = Vec::new();
     for (name, program) in programs {
         let xdp = Xdp::load(&opts, program)?;
+        if name == "handoff" {
+            let all: Vec<(usize, u32)> = (0..args.reta_size).map(|b| (b, cpus[0])).collect();
+            xdp.write_entries(&all)?;
+            let moves: Vec<(usize, u32, u32)> =
+                (0..args.reta_size).map(|b| (b, cpus[0], cpus[1])).collect();
+            xdp.begin_handoffs(&moves, true)?;
+        }
         for (frame_name, frame) in &frames {
             // One short run first: faults the maps' pages in, warms caches.
             xdp.test_run(frame, 1000)?;
@@ -147,7 +159,8 @@ pub fn run(args: &BenchXdpArgs) -> Result<(), CliError> {
         }
         t += "count: parse + Toeplitz + per-bucket and per-CPU counters, XDP_PASS;\n\
               steer: the same + table lookup + bpf_redirect_map to a CPUMAP (the kernel does\n\
-              not perform the redirect in a test run).\n";
+              not perform the redirect in a test run);\n\
+              handoff: steer for a bucket in handoff, held on its old CPU (stamped).\n";
         t
     };
     std::io::stdout()
