@@ -147,7 +147,7 @@ fn bpffs_mounted() -> bool {
     // SAFETY: zeroed is a valid statfs; the path is NUL-terminated.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     let ret = unsafe { libc::statfs(path.as_ptr(), &mut st) };
-    ret == 0 && st.f_type as i64 == libc::BPF_FS_MAGIC as i64
+    ret == 0 && st.f_type == libc::BPF_FS_MAGIC
 }
 
 /// Mounts the BPF filesystem at [`BPFFS`] unless it is there. Returns

@@ -261,10 +261,13 @@ fn a_closed_log_pipe_does_not_abort_the_daemon() {
         .unwrap();
     let mut daemon = Daemon(child);
     drop(daemon.0.stderr.take()); // the reader goes away (`| head -1`)
-    assert!(
-        eventually(Duration::from_secs(10), || attached(&ns).is_some()),
-        "never attached"
-    );
+    let mut exited = None;
+    eventually(Duration::from_secs(10), || {
+        exited = daemon.0.try_wait().unwrap();
+        exited.is_some() || attached(&ns).is_some()
+    });
+    assert_eq!(exited, None, "the daemon died writing its log");
+    assert!(attached(&ns).is_some(), "never attached");
     // Rounds run and log into the closed pipe.
     std::thread::sleep(Duration::from_millis(500));
     assert!(daemon.0.try_wait().unwrap().is_none(), "the daemon died");
