@@ -221,8 +221,10 @@ fn rx_packets(ns: &Netns) -> u64 {
     .unwrap()
 }
 
-fn scratch() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("rsspp-daemon-veth-{}", std::process::id()));
+/// A directory of the test `tag`'s own (the tests run in parallel, and
+/// each removes its directory at the end).
+fn scratch(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("rsspp-daemon-veth-{}-{tag}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
@@ -232,7 +234,7 @@ fn the_daemon_balances_two_elephants_over_two_cpus() {
     if !ready() {
         return;
     }
-    let dir = scratch();
+    let dir = scratch("balance");
     let trace = dir.join("elephants.pcap");
     let sent = write_trace(&trace);
     let ns = Netns::with_veth("daemon");
@@ -304,7 +306,7 @@ fn a_hangup_or_quit_detaches_like_a_terminate() {
     if !ready() {
         return;
     }
-    let dir = scratch();
+    let dir = scratch("signals");
     let ns = Netns::with_veth("daemon-hup");
     ns.ip(&["link", "set", "lo", "up"]);
     let port = 19_465;

@@ -123,7 +123,8 @@ fn start(ns: &Netns, extra: &[&str], stderr: Stdio) -> (Daemon, u32) {
     (daemon, id)
 }
 
-/// Removes rsspp's pins for the namespace's veth1, whatever the test did.
+/// Removes rsspp's pins and state file for the namespace's veth1,
+/// whatever the test did.
 struct Unpin<'a>(&'a Netns);
 
 impl Drop for Unpin<'_> {
@@ -141,6 +142,8 @@ fn a_killed_daemon_leaves_nothing_attached() {
         return;
     }
     let ns = Netns::with_veth("life-kill");
+    // The state file a killed daemon leaves.
+    let _unpin = Unpin(&ns);
     let (mut daemon, _) = start(&ns, &[], Stdio::null());
     daemon.0.kill().unwrap(); // SIGKILL: no handler, no clean-up of ours
     daemon
