@@ -13,6 +13,7 @@ pub mod cpu;
 pub mod daemon;
 pub mod datapath;
 pub mod ethtool;
+pub mod lifecycle;
 pub mod metrics;
 pub mod service;
 pub mod xdp;

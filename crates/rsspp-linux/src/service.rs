@@ -7,9 +7,19 @@
 //! check the settings, bind the metrics address, load and attach the XDP
 //! program (and, in hardware mode, read the NIC's table to put it back
 //! later), then write the first table. Any failure undoes what was done.
-//! Rounds then run until the stop flag is raised or the duration is over;
-//! [`Service::shutdown`] detaches the program and restores the NIC's table,
-//! unless [`ServiceConfig::keep`] leaves the last table in place.
+//! Rounds then run until the stop flag is raised or the duration is over,
+//! or until the interface is deleted or goes down (looked at every 50 ms:
+//! [`ServiceError::InterfaceLost`]); [`Service::shutdown`] detaches the
+//! program and restores the NIC's table, unless [`ServiceConfig::keep`]
+//! leaves the last table in place (software mode: the program's BPF link
+//! pinned under `/sys/fs/bpf/rsspp/IF/`).
+//!
+//! The program is attached through a BPF link, which the kernel detaches
+//! when the process dies: a daemon killed with SIGKILL leaves nothing
+//! steering (hardware mode's RX-hash program excepted: it is attached
+//! through netlink and stays; `rsspp detach` removes it). While it runs,
+//! the service describes what it attached in `/run/rsspp/IF/state`, for
+//! `rsspp status` ([`crate::lifecycle`]).
 //!
 //! The service registers no signal handler: signals belong to the process,
 //! and a library user (a runtime with its own signal handling, a test) has
@@ -30,6 +40,7 @@ use crate::cpu::{BusyClock, CpumapThreads, ProcStat};
 use crate::daemon::{Daemon, DaemonConfig, DaemonError, DataPath, LoadModel, Round};
 use crate::datapath::{HardwareError, HardwarePath, SoftwarePath};
 use crate::ethtool::{Ethtool, EthtoolError, RssDevice};
+use crate::lifecycle::{self, Loss, State, Watch};
 use crate::metrics::{
     BucketMetrics, CpuMetrics, MetricsError, MetricsServer, MetricsSnapshot, SharedMetrics,
 };
@@ -126,7 +137,8 @@ pub struct ServiceConfig {
     /// Replace another XDP program attached to the interface.
     pub force: bool,
     /// On shutdown, leave the last table in place (software mode: the
-    /// program stays attached and keeps steering with it).
+    /// program stays attached and keeps steering with it, its BPF link
+    /// pinned at `/sys/fs/bpf/rsspp/IF/link`).
     pub keep: bool,
     /// Stop after this long; `None` runs until the stop flag.
     pub duration: Option<Duration>,
@@ -256,6 +268,14 @@ pub enum ServiceError {
         #[source]
         source: KeyError,
     },
+    /// The interface was deleted or went down while the daemon ran.
+    #[error("{iface} {loss}")]
+    InterfaceLost {
+        /// The interface.
+        iface: String,
+        /// Deleted or down.
+        loss: Loss,
+    },
 }
 
 impl ServiceError {
@@ -289,6 +309,55 @@ enum Running {
     Hardware(Daemon<HardwarePath<Ethtool>, Clock>),
 }
 
+/// The daemon's state file, removed when the service goes (unless kept).
+struct StateFile {
+    state: Option<State>,
+}
+
+impl StateFile {
+    /// Describes what `xdp` attached for `rsspp status`; a file that
+    /// cannot be written is only logged.
+    fn write(config: &ServiceConfig, xdp: &Xdp) -> StateFile {
+        let state = State {
+            iface: config.iface.clone(),
+            ifindex: xdp.ifindex(),
+            prog_id: xdp.program_id(),
+            program: xdp.program_name().to_string(),
+            steering: config.steering.name().to_string(),
+            attach: xdp.mode().name().to_string(),
+            reta_size: xdp.reta_size(),
+            since: lifecycle::unix_now(),
+            pid: std::process::id(),
+            pinned: None,
+        };
+        match state.write() {
+            Ok(()) => StateFile { state: Some(state) },
+            Err(e) => {
+                warn!(path = %lifecycle::state_path(&config.iface).display(), "cannot write the state file: {e}");
+                StateFile { state: None }
+            }
+        }
+    }
+
+    /// Records the pin and leaves the file in place.
+    fn kept(mut self, pinned: Option<std::path::PathBuf>) {
+        if let Some(mut state) = self.state.take() {
+            state.pinned = pinned;
+            if let Err(e) = state.write() {
+                warn!("cannot update the state file: {e}");
+            }
+        }
+    }
+}
+
+impl Drop for StateFile {
+    fn drop(&mut self) {
+        if let Some(state) = self.state.take() {
+            State::remove(&state.iface);
+        }
+    }
+}
+
 /// The daemon started on an interface, its metrics served.
 pub struct Service {
     config: ServiceConfig,
@@ -297,6 +366,8 @@ pub struct Service {
     running: Running,
     started: Instant,
     end: Option<Duration>,
+    watch: Option<Watch>,
+    state: StateFile,
 }
 
 impl std::fmt::Debug for Service {
@@ -325,7 +396,7 @@ impl Service {
             None => None,
         };
         let started = Instant::now();
-        let running = match config.steering {
+        let mut running = match config.steering {
             Steering::Software {
                 reta_size,
                 cpumap_queue,
@@ -334,6 +405,14 @@ impl Service {
                 Running::Hardware(start_hardware(&config, reta_size, started)?)
             }
         };
+        let xdp = match &mut running {
+            Running::Software(d) => d.datapath_mut().xdp(),
+            Running::Hardware(d) => d.datapath_mut().xdp(),
+        };
+        let state = StateFile::write(&config, xdp);
+        let watch = Watch::new(xdp.ifindex())
+            .map_err(|e| warn!("cannot watch {}: {e}", config.iface))
+            .ok();
         let mut service = Self {
             end: None,
             config,
@@ -341,6 +420,8 @@ impl Service {
             server,
             running,
             started,
+            watch,
+            state,
         };
         service.publish(None, Duration::ZERO);
         let targets = match &service.running {
@@ -370,8 +451,10 @@ impl Service {
 
     /// Runs rounds until `stop` is raised (looked at every 50 ms) or the
     /// duration is over. A table the data path refused is logged and
-    /// retried at the next round; any other failure ends the run (the
-    /// caller then drops the service, which detaches the program).
+    /// retried at the next round; an interface deleted or down (looked at
+    /// every 50 ms too) ends the run with [`ServiceError::InterfaceLost`],
+    /// and so does any other failure (the caller then shuts the service
+    /// down, or drops it, which detaches the program).
     pub fn run(&mut self, stop: &AtomicBool) -> Result<(), ServiceError> {
         loop {
             let due = match &self.running {
@@ -379,12 +462,14 @@ impl Service {
                 Running::Hardware(d) => d.next_round(),
             };
             while self.now() < due && !self.should_stop(stop) {
+                self.check_interface()?;
                 let left = due.saturating_sub(self.now()).min(STOP_POLL);
                 std::thread::sleep(left);
             }
             if self.should_stop(stop) {
                 return Ok(());
             }
+            self.check_interface()?;
             let t0 = Instant::now();
             let now = self.now();
             let round = match &mut self.running {
@@ -405,11 +490,18 @@ impl Service {
     /// leaves the last table in place with [`ServiceConfig::keep`]; then
     /// stops serving the metrics.
     pub fn shutdown(self) -> Result<Summary, ServiceError> {
+        let keep = self.config.keep;
+        self.stop(keep)
+    }
+
+    /// [`Service::shutdown`], keeping the last table only if `keep`.
+    fn stop(self, keep: bool) -> Result<Summary, ServiceError> {
         let Service {
             config,
             server,
             running,
             started,
+            state,
             ..
         } = self;
         let (rounds, migrations) = match &running {
@@ -430,17 +522,21 @@ impl Service {
         let result = match running {
             Running::Software(d) => {
                 let mut xdp = d.into_datapath().into_xdp();
-                if config.keep {
-                    xdp.leave_attached();
-                    info!(iface = %config.iface, "left the program attached with the last table (--keep)");
-                    Ok(())
+                if keep {
+                    xdp.keep().map_err(ServiceError::from).map(|pinned| {
+                        match &pinned {
+                            Some(path) => info!(iface = %config.iface, pinned = %path.display(), "left the program attached with the last table (--keep); `rsspp detach --iface {}` removes it", config.iface),
+                            None => info!(iface = %config.iface, "left the program attached with the last table (--keep)"),
+                        }
+                        state.kept(pinned);
+                    })
                 } else {
                     xdp.detach().map_err(ServiceError::from)
                 }
             }
             Running::Hardware(d) => {
                 let path = d.into_datapath();
-                if config.keep {
+                if keep {
                     let (mut xdp, _nic) = path.keep();
                     xdp.detach()
                         .map(|()| info!(iface = %config.iface, "left the last table in the NIC (--keep)"))
@@ -461,6 +557,18 @@ impl Service {
 
     fn now(&self) -> Duration {
         self.started.elapsed()
+    }
+
+    /// [`ServiceError::InterfaceLost`] once the interface is deleted or
+    /// down.
+    fn check_interface(&self) -> Result<(), ServiceError> {
+        match self.watch.as_ref().and_then(Watch::check) {
+            None => Ok(()),
+            Some(loss) => Err(ServiceError::InterfaceLost {
+                iface: self.config.iface.clone(),
+                loss,
+            }),
+        }
     }
 
     fn should_stop(&self, stop: &AtomicBool) -> bool {
@@ -491,12 +599,21 @@ impl Service {
 }
 
 /// Starts a service on `config`, runs it until `stop` is raised or the
-/// duration is over, and shuts it down.
+/// duration is over, and shuts it down. A run that fails (the interface
+/// lost, a round that failed) still puts back what can be put back (the
+/// program detached, the NIC's table restored; never kept), and returns
+/// its error.
 pub fn serve(config: ServiceConfig, stop: &AtomicBool) -> Result<Summary, ServiceError> {
     let mut service = Service::start(config)?;
-    // On error the service is dropped: the data path detaches the program.
-    service.run(stop)?;
-    service.shutdown()
+    match service.run(stop) {
+        Ok(()) => service.shutdown(),
+        Err(e) => {
+            if let Err(cleanup) = service.stop(false) {
+                warn!("{cleanup}");
+            }
+            Err(e)
+        }
+    }
 }
 
 /// Software mode: the steering program, attached, with the daemon's first

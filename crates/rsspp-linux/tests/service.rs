@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use common::bpf_ready;
 use common::netns::Netns;
+use rsspp_linux::lifecycle::{self, Detached, Loss};
 use rsspp_linux::service::{Service, ServiceConfig, ServiceError, DEFAULT_SOFTWARE_RETA_SIZE};
 use rsspp_linux::xdp::XdpErrorKind;
 
@@ -66,7 +67,28 @@ fn a_duration_ends_the_run_and_keep_leaves_the_program() {
         // Never raised: the duration ends the run.
         service.run(&AtomicBool::new(false)).unwrap();
         service.shutdown().unwrap();
-        assert!(ns.xdp_of(IFACE).is_some(), "--keep leaves it attached");
+        let (_, id) = ns.xdp_of(IFACE).expect("--keep leaves it attached");
+        // Pinned, and described in the state file.
+        let status = lifecycle::status(Some(IFACE)).unwrap();
+        let kept = &status.attached[0];
+        assert_eq!(kept.prog_id, id);
+        assert!(kept.link_id.is_some());
+        let pin = lifecycle::pin_dir(IFACE).join("link");
+        assert_eq!(kept.pinned.as_deref(), Some(pin.as_path()));
+        assert!(pin.exists());
+        let state = kept.state.as_ref().expect("the state file");
+        assert_eq!(state.reta_size, DEFAULT_SOFTWARE_RETA_SIZE);
+        assert_eq!(state.pid, std::process::id());
+        assert!(kept.holders.is_empty(), "{:?}", kept.holders);
+        // Detached and unpinned.
+        let detached = lifecycle::detach(IFACE).unwrap();
+        assert!(
+            matches!(detached, Detached::Removed { pinned: true, prog_id, .. } if prog_id == id),
+            "{detached:?}"
+        );
+        assert_eq!(ns.xdp_of(IFACE), None);
+        assert!(!pin.exists());
+        assert!(!lifecycle::state_path(IFACE).exists());
     });
 }
 
@@ -85,4 +107,41 @@ fn a_failed_start_leaves_nothing_attached() {
         );
         assert_eq!(ns.xdp_of(IFACE), None);
     });
+}
+
+#[test]
+fn a_deleted_or_downed_interface_ends_the_run() {
+    if !bpf_ready("service interface test") {
+        return;
+    }
+    for (what, loss) in [("down", Loss::Down), ("del", Loss::Deleted)] {
+        let ns = Netns::with_veth("svc-lost");
+        ns.run(|| {
+            let mut c = config();
+            c.metrics = None;
+            let mut service = Service::start(c).unwrap();
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    std::thread::sleep(Duration::from_millis(150));
+                    match what {
+                        "down" => ns.ip(&["link", "set", IFACE, "down"]),
+                        _ => ns.ip(&["link", "del", IFACE]),
+                    };
+                });
+                let e = service.run(&AtomicBool::new(false)).unwrap_err();
+                assert!(
+                    matches!(&e, ServiceError::InterfaceLost { loss: l, .. } if *l == loss),
+                    "{e}"
+                );
+            });
+            assert_eq!(
+                service.shutdown().err().map(|e| e.to_string()),
+                None,
+                "detaching after the loss"
+            );
+            if loss == Loss::Down {
+                assert_eq!(ns.xdp_of(IFACE), None);
+            }
+        });
+    }
 }

@@ -6,6 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::foreign;
 use common::netns::{send_frames, Netns};
 use common::*;
 use rsspp_core::RssKey;
@@ -87,15 +88,13 @@ fn another_program_is_refused_unless_forced_and_put_back_after() {
     }
     let ns = Netns::with_veth("force");
     ns.run(|| {
+        // Another tool's program, attached through netlink.
+        let first_id = foreign::attach(IFACE, false);
         let native = options(AttachMode::Native);
-        let mut first = Xdp::load(&native, Program::Count { rx_hash: false }).unwrap();
-        first.attach().unwrap();
-        let first_id = first.program_id();
-
         let mut second = Xdp::load(&native, steer()).unwrap();
         let e = second.attach().unwrap_err();
         assert!(
-            matches!(e.kind(), XdpErrorKind::AlreadyAttached { prog_id, mode: "native" } if *prog_id == first_id),
+            matches!(e.kind(), XdpErrorKind::AlreadyAttached { prog_id, mode: "native", name } if *prog_id == first_id && name == foreign::NAME),
             "{e}"
         );
         assert!(e.to_string().contains(IFACE), "{e}");
@@ -118,39 +117,76 @@ fn another_program_is_refused_unless_forced_and_put_back_after() {
         // Detaching puts the replaced program back.
         second.detach().unwrap();
         assert_eq!(ns.xdp_of(IFACE), Some(("xdp".into(), first_id)));
-        first.detach().unwrap();
+        foreign::detach(IFACE, false);
         assert_eq!(ns.xdp_of(IFACE), None);
     });
 }
 
 #[test]
-fn a_replaced_program_is_left_alone_on_detach() {
-    if !bpf_ready("replaced program test") {
+fn a_program_attached_through_a_link_is_never_replaced() {
+    if !bpf_ready("link test") {
         return;
     }
-    let ns = Netns::with_veth("notours");
+    let ns = Netns::with_veth("link");
     ns.run(|| {
         let mut ours = Xdp::load(&options(AttachMode::Skb), steer()).unwrap();
         ours.attach().unwrap();
-        // Someone else forces their program over ours, then we detach.
+        assert!(ours.uses_link());
+        // Another rsspp, forced: refused, naming the holder (this process).
         let mut o = options(AttachMode::Skb);
         o.force = true;
         let mut theirs = Xdp::load(&o, Program::Count { rx_hash: false }).unwrap();
-        theirs.attach().unwrap();
-        let e = ours.detach().unwrap_err();
-        assert!(matches!(e.kind(), XdpErrorKind::NotOurs), "{e}");
-        assert_eq!(
-            ns.xdp_of(IFACE),
-            Some(("xdpgeneric".into(), theirs.program_id()))
+        let e = theirs.attach().unwrap_err();
+        assert!(matches!(e.kind(), XdpErrorKind::OwnAttached { .. }), "{e}");
+        assert!(
+            e.to_string()
+                .contains(&format!("held by running process {}", std::process::id())),
+            "{e}"
         );
-        // Theirs goes, and puts ours back, as `force` promises.
-        theirs.detach().unwrap();
+        // Another tool through netlink: the kernel refuses to replace a
+        // link.
+        let other = foreign::load();
+        use std::os::fd::AsRawFd;
+        assert_eq!(
+            foreign::try_attach_fd(IFACE, other.as_raw_fd(), true),
+            -libc::EBUSY
+        );
         assert_eq!(
             ns.xdp_of(IFACE),
             Some(("xdpgeneric".into(), ours.program_id()))
         );
-        // Ours is attached again, but its `Xdp` was told it is not: the
-        // namespace's deletion removes it.
+        ours.detach().unwrap();
+        assert_eq!(ns.xdp_of(IFACE), None);
+    });
+}
+
+#[test]
+fn an_orphaned_rsspp_program_on_netlink_is_replaced() {
+    if !bpf_ready("leftover test") {
+        return;
+    }
+    let ns = Netns::with_veth("leftover");
+    ns.run(|| {
+        // What an older rsspp, or a killed hardware-mode daemon, leaves:
+        // an xdp_rsspp_* program attached through netlink, held by no one.
+        let old = Xdp::load(
+            &options(AttachMode::Native),
+            Program::Count { rx_hash: false },
+        )
+        .unwrap();
+        let fd = foreign::fd_of(old.program_id());
+        use std::os::fd::AsRawFd;
+        assert_eq!(foreign::try_attach_fd(IFACE, fd.as_raw_fd(), false), 0);
+        let old_id = old.program_id();
+        drop((old, fd));
+        assert_eq!(ns.xdp_of(IFACE), Some(("xdp".into(), old_id)));
+
+        let mut new = Xdp::load(&options(AttachMode::Native), steer()).unwrap();
+        new.attach().unwrap();
+        assert_eq!(ns.xdp_of(IFACE), Some(("xdp".into(), new.program_id())));
+        // Not put back: it was a leftover.
+        new.detach().unwrap();
+        assert_eq!(ns.xdp_of(IFACE), None);
     });
 }
 

@@ -124,6 +124,9 @@ pub enum CliError {
     /// The daemon (`rsspp run`) could not start, run or stop cleanly.
     #[error(transparent)]
     Service(#[from] rsspp_linux::service::ServiceError),
+    /// `rsspp status` or `rsspp detach` failed.
+    #[error(transparent)]
+    Lifecycle(#[from] rsspp_linux::lifecycle::LifecycleError),
     /// A CPU list that does not parse or names an offline CPU, or the
     /// online CPUs that cannot be read.
     #[error(transparent)]

@@ -5,7 +5,7 @@ mod bench_xdp;
 mod cmd;
 mod error;
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -51,6 +51,12 @@ enum Command {
     Top(cmd::top::TopArgs),
     /// A NIC's RSS indirection table through ethtool: show it, write one.
     Nic(cmd::nic::NicArgs),
+    /// What rsspp has attached where: interface, program, mode, table
+    /// size, since when, kept (pinned) or held by a running daemon.
+    Status(cmd::status::StatusArgs),
+    /// Remove rsspp's XDP program from an interface (a kept one, or one a
+    /// killed daemon left), with its pins; refuses another program.
+    Detach(cmd::status::DetachArgs),
 }
 
 /// Logs go to stderr: warnings by default, and for the daemon also what
@@ -65,15 +71,46 @@ fn init_logging(verbose: u8, daemon: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     // Colours only for a person at a terminal: a file, a pipe or journald
-    // gets plain text.
+    // gets plain text. A log line that cannot be written (the reader of a
+    // pipe gone) is dropped: the daemon goes on, and still detaches.
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| LossyStderr)
         .with_ansi(std::io::stderr().is_terminal())
+        .log_internal_errors(false)
         .init();
 }
 
+/// Standard error, ignoring write errors. tracing-subscriber's own writer
+/// reports a failed write with `eprintln!`, which panics when standard
+/// error is a pipe nobody reads any more (EPIPE; Rust ignores SIGPIPE, so
+/// the write fails instead of killing the process): a daemon started as
+/// `rsspp run ... 2>&1 | head -1` would abort with its program attached.
+struct LossyStderr;
+
+impl std::io::Write for LossyStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::stderr().write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::stderr().flush();
+        Ok(())
+    }
+}
+
+/// Ignores SIGPIPE, as Rust's runtime already does before `main`; said
+/// here because the daemon relies on it: a write to a closed pipe then
+/// fails with EPIPE (and is dropped) instead of killing the process.
+fn ignore_sigpipe() {
+    // SAFETY: setting a signal's disposition to SIG_IGN has no
+    // preconditions.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+}
+
 fn main() -> ExitCode {
+    ignore_sigpipe();
     let cli = Cli::parse();
     init_logging(cli.verbose, matches!(cli.command, Command::Run(_)));
     let result: Result<(), CliError> = match &cli.command {
@@ -86,12 +123,15 @@ fn main() -> ExitCode {
         Command::Top(args) => cmd::top::run(args),
         Command::Run(args) => cmd::run::run(args),
         Command::Nic(args) => cmd::nic::run(args),
+        Command::Status(args) => cmd::status::status(args),
+        Command::Detach(args) => cmd::status::detach(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(CliError::BrokenPipe) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("rsspp: error: {e}");
+            // Not eprintln!: it panics when standard error is a closed pipe.
+            let _ = writeln!(std::io::stderr(), "rsspp: error: {e}");
             ExitCode::FAILURE
         }
     }

@@ -7,6 +7,10 @@
 #[allow(dead_code)]
 mod netns;
 
+#[path = "../../rsspp-linux/tests/common/foreign.rs"]
+#[allow(dead_code)]
+mod foreign;
+
 use std::process::{Command, Output};
 
 use netns::Netns;
@@ -163,23 +167,15 @@ fn another_xdp_program_is_kept_unless_forced() {
         return;
     }
     let ns = Netns::with_veth("run-force");
-    // A first daemon leaves its program attached (--keep).
-    let out = run(
-        Some(&ns),
-        &["--iface", "veth1", "--duration", "0.3", "--keep"],
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let kept = ns
-        .xdp_of("veth1")
-        .expect("--keep leaves the program attached");
+    // Another tool's program, attached through netlink.
+    let theirs = ns.run(|| foreign::attach("veth1", false));
+    let kept = ns.xdp_of("veth1").expect("attached");
+    assert_eq!(kept.1, theirs);
 
-    // A second one refuses to replace it, and leaves it in place.
+    // A daemon refuses to replace it, names it, and leaves it in place.
     let out = run(Some(&ns), &["--iface", "veth1", "--duration", "0.3"]);
     refused(&out, "another XDP program");
+    refused(&out, foreign::NAME);
     refused(&out, "force");
     assert_eq!(ns.xdp_of("veth1"), Some(kept.clone()));
 

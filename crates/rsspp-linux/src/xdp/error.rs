@@ -128,12 +128,46 @@ pub enum XdpErrorKind {
     #[error(transparent)]
     Cpus(#[from] CpuError),
     /// Another program is attached and `force` is off.
-    #[error("another XDP program (id {prog_id}, {mode} mode) is attached; force replaces it")]
+    #[error(
+        "another XDP program (id {prog_id}, {name:?}, {mode} mode) is attached; force replaces it"
+    )]
     AlreadyAttached {
+        /// Its program id.
+        prog_id: u32,
+        /// Its name.
+        name: String,
+        /// Its mode.
+        mode: &'static str,
+    },
+    /// Another program is attached through a BPF link, which no one but
+    /// its owner can replace (forced or not).
+    #[error("another XDP program (id {prog_id}, {name:?}, {mode} mode) is attached through a BPF link, which cannot be replaced, even forced: detach it with the tool that attached it")]
+    LinkAttached {
+        /// Its program id.
+        prog_id: u32,
+        /// Its name.
+        name: String,
+        /// Its mode.
+        mode: &'static str,
+    },
+    /// rsspp's own program is attached: kept (pinned) by an earlier
+    /// `rsspp run --keep`, or held by a daemon still running.
+    #[error("rsspp's own XDP program (id {prog_id}, {mode} mode) is already attached: {how}")]
+    OwnAttached {
         /// Its program id.
         prog_id: u32,
         /// Its mode.
         mode: &'static str,
+        /// Kept or held by whom, and what to do.
+        how: String,
+    },
+    /// The link could not be pinned (`keep`).
+    #[error("pinning the XDP link at {}: {source}", path.display())]
+    Pin {
+        /// Where.
+        path: std::path::PathBuf,
+        /// The OS error.
+        source: io::Error,
     },
     /// Another program is attached in the other mode: the kernel allows
     /// only one of native and skb at a time.

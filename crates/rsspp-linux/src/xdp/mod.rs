@@ -5,16 +5,17 @@
 //! Life cycle: [`Xdp::load`] writes the program's settings to its
 //! read-only globals, loads it and fills its maps (the Toeplitz key table,
 //! the CPUMAP, an `equal` indirection table) without touching the
-//! interface; [`Xdp::attach`] attaches it; the daemon reads
-//! [`Xdp::bucket_packets`] and rewrites entries with
-//! [`Xdp::write_entries`]; [`Xdp::detach`], or dropping the [`Xdp`], puts
-//! the interface back as it was, including the program that `force`
-//! replaced.
+//! interface; [`Xdp::attach`] attaches it (through a BPF link, which the
+//! kernel detaches when the process dies; the RX-hash program through
+//! netlink); the daemon reads [`Xdp::bucket_packets`] and rewrites entries
+//! with [`Xdp::write_entries`]; [`Xdp::detach`], or dropping the [`Xdp`],
+//! puts the interface back as it was, including the program that `force`
+//! replaced; [`Xdp::keep`] pins the link instead.
 //!
 //! One file per concern: `options` (attach modes, what to load), `error`,
-//! `load` (the object, its settings and maps), `attach` (netlink attach
-//! and detach), `maps` (the table and the per-CPU counters, read and
-//! written in batches), `test_run` (`BPF_PROG_TEST_RUN`).
+//! `load` (the object, its settings and maps), `attach` (link and netlink
+//! attach, detach, keep), `maps` (the table and the per-CPU counters, read
+//! and written in batches), `test_run` (`BPF_PROG_TEST_RUN`).
 //!
 //! The interface index is resolved, and the netlink calls made, in the
 //! network namespace of the calling thread: load, attach and detach from

@@ -2,6 +2,7 @@
 //! crate predicts, the root check.
 #![allow(dead_code)] // each test binary uses its own subset
 
+pub mod foreign;
 pub mod netns;
 
 use std::net::IpAddr;

@@ -7,5 +7,6 @@ pub mod demo;
 pub mod hash;
 pub mod nic;
 pub mod run;
+pub mod status;
 pub mod top;
 pub mod trace;

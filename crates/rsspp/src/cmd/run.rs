@@ -148,11 +148,14 @@ pub struct RunArgs {
     /// Serve no metrics.
     #[arg(long, conflicts_with = "metrics_addr")]
     no_metrics: bool,
-    /// Replace another XDP program attached to the interface.
+    /// Replace another XDP program attached to the interface through
+    /// netlink (put back on exit; one attached through a BPF link cannot
+    /// be replaced).
     #[arg(long)]
     force: bool,
     /// On exit, leave the last table in place (software mode: the program
-    /// stays attached and keeps steering with it).
+    /// stays attached and keeps steering with it, its BPF link pinned at
+    /// /sys/fs/bpf/rsspp/IF/link; `rsspp detach --iface IF` removes it).
     #[arg(long)]
     keep: bool,
     /// Stop after this many seconds (default: run until SIGINT/SIGTERM).
