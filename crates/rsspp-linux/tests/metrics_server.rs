@@ -78,7 +78,7 @@ fn get_metrics_serves_the_current_snapshot() {
     let response = get_metrics(addr);
     assert!(split(&response)
         .2
-        .contains("rsspp_cpu_packets_total{cpu=\"1\"} 99\n"));
+        .contains("rsspp_cpu_packets_total{iface=\"lo\",cpu=\"1\"} 99\n"));
     server.stop();
 }
 

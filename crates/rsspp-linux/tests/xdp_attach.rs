@@ -269,9 +269,25 @@ fn steers_live_frames_through_a_veth_pair() {
     }
 }
 
+/// Runs only with `RSSPP_TEST_DEVICE_BOUND=1`. On Linux 6.18 (this
+/// project's CI kernel), deleting the network namespace of a veth that a
+/// device-bound XDP program was loaded for oopsed twice on the CI machine
+/// (a use-after-free in `__bpf_prog_offload_destroy` from `cleanup_net`):
+/// the crashed worker then holds the rtnl lock until reboot, and every
+/// later network test hangs. The program's code path is the same as the
+/// counting program's, which the other tests cover; this test adds the
+/// kfunc.
 #[test]
 fn counts_with_the_nic_rx_hash_on_veth() {
     if !bpf_ready("RX hash test") {
+        return;
+    }
+    if std::env::var_os("RSSPP_TEST_DEVICE_BOUND").is_none_or(|v| v != "1") {
+        eprintln!(
+            "skipping the RX hash test on veth: deleting a namespace whose veth had a \
+             device-bound XDP program oopses Linux 6.18 (use-after-free in \
+             __bpf_prog_offload_destroy); RSSPP_TEST_DEVICE_BOUND=1 runs it"
+        );
         return;
     }
     let ns = Netns::with_veth("rxhash");
