@@ -150,7 +150,15 @@ pub struct ServiceConfig {
     /// Longest wait for a moved bucket to drain before it is switched
     /// anyway (software mode, ordered moves).
     pub handoff_timeout: Duration,
+    /// Export the per-bucket series (two per bucket); `None`: up to
+    /// [`BUCKET_METRICS_AUTO_MAX`] buckets.
+    pub bucket_metrics: Option<bool>,
 }
+
+/// The largest table whose per-bucket series are exported unless asked
+/// otherwise: 4,096 buckets are some 600 KB a scrape; 65,536 would be
+/// about 10 MB, every scrape.
+pub const BUCKET_METRICS_AUTO_MAX: usize = 4096;
 
 impl ServiceConfig {
     /// Software steering of `iface` over `targets` with the default
@@ -175,6 +183,7 @@ impl ServiceConfig {
             churn: 0,
             moves: Moves::Ordered,
             handoff_timeout: DEFAULT_HANDOFF_TIMEOUT,
+            bucket_metrics: None,
         }
     }
 
@@ -595,7 +604,17 @@ impl Service {
             Running::Software(d) => publish(&self.shared, d, round, took),
             Running::Hardware(d) => publish(&self.shared, d, round, took),
         }
+        let buckets = self.shared.update(|s| s.buckets.len());
+        if !exports_buckets(self.config.bucket_metrics, buckets) {
+            self.shared.update(|s| s.buckets.clear());
+        }
     }
+}
+
+/// Whether the per-bucket series are exported: as asked, else up to
+/// [`BUCKET_METRICS_AUTO_MAX`] buckets.
+fn exports_buckets(asked: Option<bool>, buckets: usize) -> bool {
+    asked.unwrap_or(buckets <= BUCKET_METRICS_AUTO_MAX)
 }
 
 /// Starts a service on `config`, runs it until `stop` is raised or the
@@ -787,6 +806,15 @@ mod tests {
     use rsspp_core::Setting;
 
     use super::*;
+
+    #[test]
+    fn per_bucket_series_are_exported_up_to_4096_buckets_unless_asked() {
+        assert!(exports_buckets(None, 128));
+        assert!(exports_buckets(None, 4096));
+        assert!(!exports_buckets(None, 8192));
+        assert!(exports_buckets(Some(true), 65_536));
+        assert!(!exports_buckets(Some(false), 128));
+    }
 
     #[test]
     fn the_service_moves_between_threads() {

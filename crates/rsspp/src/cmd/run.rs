@@ -41,6 +41,12 @@ enum XdpModeArg {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum OnOff {
+    On,
+    Off,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum MovesArg {
     /// A moved bucket stays on its old CPU until that CPU has drained it:
     /// no packet of a flow overtakes an earlier one (native XDP).
@@ -133,6 +139,10 @@ pub struct RunArgs {
     /// Count and report only: never move a bucket.
     #[arg(long)]
     no_balance: bool,
+    /// Export the per-bucket metrics (two series a bucket). Default: on up
+    /// to 4096 buckets.
+    #[arg(long, value_enum, value_name = "on|off")]
+    bucket_metrics: Option<OnOff>,
     /// Software mode: how a moved bucket's packets switch CPU.
     #[arg(long, value_enum, default_value = "ordered")]
     moves: MovesArg,
@@ -245,6 +255,7 @@ fn check(args: &RunArgs) -> Result<ServiceConfig, CliError> {
             MovesArg::Ordered => Moves::Ordered,
             MovesArg::Immediate => Moves::Immediate,
         },
+        bucket_metrics: args.bucket_metrics.map(|b| b == OnOff::On),
         ..ServiceConfig::new(args.iface.clone(), Vec::new())
     };
     config.validate().map_err(|e| match e {
