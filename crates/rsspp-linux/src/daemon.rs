@@ -46,6 +46,13 @@ pub trait DataPath {
         Ok(Settlement::default())
     }
 
+    /// The table the data path uses now, in target numbers, if it has one
+    /// of its own to keep (a NIC's); `None` (the default): the daemon's
+    /// first table is written.
+    fn current_table(&mut self) -> Result<Option<Vec<u32>>, Self::Error> {
+        Ok(None)
+    }
+
     /// Frames dropped per target since the start because its queue was
     /// full (the targets of the daemon, in that order). None by default.
     fn target_drops(&mut self, out: &mut [u64]) -> Result<(), Self::Error> {
@@ -82,6 +89,17 @@ pub enum DaemonError<E> {
     /// The first table cannot be built (a size that is not a power of two).
     #[error(transparent)]
     Reta(#[from] RetaError),
+    /// Counting only (`--no-balance`) keeps the device's table, which
+    /// names a target the daemon was not given.
+    #[error("--no-balance keeps the table in use, which names {target} (bucket {bucket}), not one of {targets:?}: list every queue the table names")]
+    TableOutsideTargets {
+        /// The bucket.
+        bucket: usize,
+        /// What it names.
+        target: u32,
+        /// The targets given.
+        targets: Vec<u32>,
+    },
     /// The rebalancer refused the round's measurements.
     #[error("rebalancer: {0}")]
     Rebalance(#[source] ControlError),
@@ -245,9 +263,11 @@ fn delta(now: u64, before: u64) -> u64 {
 
 impl<D: DataPath, B: BusyClock> Daemon<D, B> {
     /// A daemon over `datapath`, whose table is the `equal` one over the
-    /// targets (bucket i → targets[i mod n]), written now. The counters
-    /// read now are the baseline of the first round, due one interval
-    /// after `now`.
+    /// targets (bucket i → targets[i mod n]), written now — except when it
+    /// only counts (no balancing, no churn) on a data path with a table of
+    /// its own (a NIC's), which it then keeps and writes nothing. The
+    /// counters read now are the baseline of the first round, due one
+    /// interval after `now`.
     pub fn start(
         config: DaemonConfig,
         mut datapath: D,
@@ -258,12 +278,39 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
         if n == 0 {
             return Err(DaemonError::NoTargets);
         }
-        let table = IndirectionTable::equal(config.reta_size, n)?;
+        let counting_only = !config.balance && config.churn == 0;
+        let current = if counting_only {
+            datapath.current_table().map_err(DaemonError::Counters)?
+        } else {
+            None
+        };
+        let table = match current {
+            Some(current) => {
+                let mut cores = Vec::with_capacity(current.len());
+                for (bucket, &target) in current.iter().enumerate() {
+                    match config.targets.iter().position(|&t| t == target) {
+                        Some(core) => cores.push(core),
+                        None => {
+                            return Err(DaemonError::TableOutsideTargets {
+                                bucket,
+                                target,
+                                targets: config.targets.clone(),
+                            })
+                        }
+                    }
+                }
+                IndirectionTable::from_entries(cores, n)?
+            }
+            None => {
+                let table = IndirectionTable::equal(config.reta_size, n)?;
+                let all: Vec<usize> = (0..table.len()).collect();
+                datapath
+                    .write_table(&in_targets(&table, &config.targets), &all)
+                    .map_err(DaemonError::Table)?;
+                table
+            }
+        };
         let written = in_targets(&table, &config.targets);
-        let all: Vec<usize> = (0..written.len()).collect();
-        datapath
-            .write_table(&written, &all)
-            .map_err(DaemonError::Table)?;
         let mut last_buckets = vec![0; config.reta_size];
         datapath
             .bucket_packets(&mut last_buckets)

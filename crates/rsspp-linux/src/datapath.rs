@@ -207,6 +207,10 @@ pub enum HardwareError {
 }
 
 /// Hardware RSS: the NIC steers, the XDP program counts.
+///
+/// The NIC's table is put back however the path ends: by
+/// [`HardwarePath::restore`], or when it is dropped (an error, a panic)
+/// unless [`HardwarePath::keep`] said to leave it.
 pub struct HardwarePath<N: RssDevice> {
     xdp: Xdp,
     nic: N,
@@ -214,6 +218,11 @@ pub struct HardwarePath<N: RssDevice> {
     /// The table the NIC had before the daemon wrote its own.
     original: Vec<u32>,
     per_cpu: Vec<u64>,
+    /// Whether the daemon has written a table (nothing to put back until
+    /// then).
+    written: bool,
+    /// Restored or kept: nothing left to do on drop.
+    settled: bool,
 }
 
 impl<N: RssDevice> HardwarePath<N> {
@@ -230,6 +239,8 @@ impl<N: RssDevice> HardwarePath<N> {
             queues,
             original,
             per_cpu,
+            written: false,
+            settled: false,
         })
     }
 
@@ -257,16 +268,42 @@ impl<N: RssDevice> HardwarePath<N> {
         &mut self.xdp
     }
 
-    /// Puts the NIC's original table back, and gives the programs and the
-    /// device back.
-    pub fn restore(mut self) -> (Xdp, N, Result<(), EthtoolError>) {
-        let result = self.nic.set_indirection(&self.original);
-        (self.xdp, self.nic, result)
+    /// Puts the NIC's original table back (nothing to do if the daemon
+    /// never wrote one). An original that is the driver's default (entry
+    /// `i` → queue `i mod n`) is put back by a reset, as `ethtool -X IF
+    /// default` does, so that the kernel no longer counts the table as the
+    /// user's and `ethtool -L` may change the queues again.
+    pub fn restore(&mut self) -> Result<(), EthtoolError> {
+        self.settled = true;
+        if !self.written {
+            return Ok(());
+        }
+        let queues = self.nic.rx_queues()?;
+        if self.original == crate::ethtool::default_table(self.original.len(), queues) {
+            self.nic.reset_indirection()
+        } else {
+            self.nic.set_indirection(&self.original)
+        }
     }
 
-    /// Gives the programs and the device back, leaving the table as it is.
-    pub fn keep(self) -> (Xdp, N) {
-        (self.xdp, self.nic)
+    /// Leaves the table as it is when the path ends.
+    pub fn keep(&mut self) {
+        self.settled = true;
+    }
+
+    /// The device.
+    pub fn nic(&mut self) -> &mut N {
+        &mut self.nic
+    }
+}
+
+impl<N: RssDevice> Drop for HardwarePath<N> {
+    fn drop(&mut self) {
+        if !self.settled {
+            if let Err(e) = self.restore() {
+                tracing::warn!("putting the NIC's table back: {e}");
+            }
+        }
     }
 }
 
@@ -285,6 +322,198 @@ impl<N: RssDevice> DataPath for HardwarePath<N> {
 
     fn write_table(&mut self, table: &[u32], _changed: &[usize]) -> Result<(), HardwareError> {
         // The ioctl replaces the whole table at once.
-        Ok(self.nic.set_indirection(table)?)
+        self.nic.set_indirection(table)?;
+        self.written = true;
+        Ok(())
+    }
+
+    fn current_table(&mut self) -> Result<Option<Vec<u32>>, HardwareError> {
+        Ok(Some(self.nic.rss()?.indirection))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use rsspp_core::ControlConfig;
+
+    use super::*;
+    use crate::cpu::{BusyClock, CpuError};
+    use crate::daemon::{Daemon, DaemonConfig, DaemonError, LoadModel};
+    use crate::ethtool::{EthtoolError, FakeNic};
+    use crate::xdp::{Program, XdpOptions};
+
+    /// The counting program, loaded for `lo` (never attached: loading
+    /// needs no network configuration); `None` without root.
+    fn counter() -> Option<Xdp> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipping: loading XDP programs needs root (CI runs as root)");
+            return None;
+        }
+        let mut opts = XdpOptions::new("lo");
+        opts.reta_size = N;
+        Some(Xdp::load(&opts, Program::Count { rx_hash: false }).unwrap())
+    }
+
+    /// Table size (the smallest the core crate takes).
+    const N: usize = 64;
+
+    /// `pattern` repeated over the table.
+    fn table(pattern: &[u32]) -> Vec<u32> {
+        pattern.iter().copied().cycle().take(N).collect()
+    }
+
+    struct Idle;
+
+    impl BusyClock for Idle {
+        fn busy_ns(&mut self, _cpus: &[u32], out: &mut [u64]) -> Result<(), CpuError> {
+            out.fill(0);
+            Ok(())
+        }
+    }
+
+    fn daemon(
+        path: HardwarePath<FakeNic>,
+        targets: Vec<u32>,
+        balance: bool,
+    ) -> Result<Daemon<HardwarePath<FakeNic>, Idle>, DaemonError<HardwareError>> {
+        let config = DaemonConfig {
+            targets,
+            reta_size: N,
+            control: ControlConfig::default(),
+            balance,
+            load: LoadModel::ByPackets,
+            churn: 0,
+            churn_seed: 1,
+        };
+        Daemon::start(config, path, Idle, Duration::ZERO)
+    }
+
+    #[test]
+    fn a_default_table_is_put_back_by_a_reset() {
+        let Some(xdp) = counter() else { return };
+        let nic = FakeNic::new("fake0", N, 4);
+        let d = daemon(
+            HardwarePath::new(xdp, nic, vec![0, 1]).unwrap(),
+            vec![0, 1],
+            true,
+        )
+        .unwrap();
+        let mut path = d.into_datapath();
+        assert_eq!(path.nic().table(), table(&[0, 1]));
+        assert!(path.nic().user_set());
+        path.restore().unwrap();
+        assert_eq!(path.nic().table(), table(&[0, 1, 2, 3]));
+        assert!(!path.nic().user_set(), "reset, as ethtool -X default");
+    }
+
+    #[test]
+    fn a_table_of_the_users_is_written_back() {
+        let Some(xdp) = counter() else { return };
+        let mut nic = FakeNic::new("fake0", N, 4);
+        nic.set_indirection(&table(&[3, 3, 2, 2, 1, 1, 0, 0]))
+            .unwrap();
+        let d = daemon(
+            HardwarePath::new(xdp, nic, vec![0, 1]).unwrap(),
+            vec![0, 1],
+            true,
+        )
+        .unwrap();
+        let mut path = d.into_datapath();
+        path.restore().unwrap();
+        assert_eq!(path.nic().table(), table(&[3, 3, 2, 2, 1, 1, 0, 0]));
+    }
+
+    /// A NIC the test still sees after the path that drove it is gone.
+    struct Shared(std::rc::Rc<std::cell::RefCell<FakeNic>>);
+
+    impl RssDevice for Shared {
+        fn name(&self) -> &str {
+            "fake-shared"
+        }
+        fn rss(&mut self) -> Result<crate::ethtool::RssConfig, EthtoolError> {
+            self.0.borrow_mut().rss()
+        }
+        fn set_indirection(&mut self, table: &[u32]) -> Result<(), EthtoolError> {
+            self.0.borrow_mut().set_indirection(table)
+        }
+        fn reset_indirection(&mut self) -> Result<(), EthtoolError> {
+            self.0.borrow_mut().reset_indirection()
+        }
+        fn rx_queues(&mut self) -> Result<u32, EthtoolError> {
+            self.0.borrow_mut().rx_queues()
+        }
+    }
+
+    #[test]
+    fn dropping_the_path_puts_the_table_back_unless_kept() {
+        for keep in [false, true] {
+            let Some(xdp) = counter() else { return };
+            let nic = std::rc::Rc::new(std::cell::RefCell::new(FakeNic::new("fake0", N, 4)));
+            let mut path = HardwarePath::new(xdp, Shared(nic.clone()), vec![1, 2]).unwrap();
+            path.write_table(&table(&[1, 2]), &[]).unwrap();
+            if keep {
+                path.keep();
+            }
+            // Dropped as on an error or a panic, with no restore called.
+            let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+                let _path = path;
+                panic!("a round went wrong");
+            }));
+            assert!(unwound.is_err());
+            let expected = if keep {
+                table(&[1, 2])
+            } else {
+                table(&[0, 1, 2, 3])
+            };
+            assert_eq!(nic.borrow().table(), expected, "keep: {keep}");
+        }
+    }
+
+    #[test]
+    fn counting_only_keeps_the_nics_table_and_writes_nothing() {
+        let Some(xdp) = counter() else { return };
+        let mut nic = FakeNic::new("fake0", N, 4);
+        nic.set_indirection(&table(&[0, 1, 0, 1, 1, 1, 1, 1]))
+            .unwrap();
+        let d = daemon(
+            HardwarePath::new(xdp, nic, vec![0, 1]).unwrap(),
+            vec![0, 1],
+            false,
+        )
+        .unwrap();
+        assert_eq!(
+            d.table(),
+            table(&[0, 1, 0, 1, 1, 1, 1, 1]),
+            "the NIC's table, kept"
+        );
+        let mut path = d.into_datapath();
+        assert_eq!(path.nic().writes().len(), 1, "only the test's own write");
+        path.restore().unwrap();
+        assert_eq!(path.nic().writes().len(), 1, "nothing to put back");
+
+        // A table naming a queue it was not given: said, nothing written.
+        let Some(xdp) = counter() else { return };
+        let nic = FakeNic::new("fake0", N, 4);
+        let e = daemon(
+            HardwarePath::new(xdp, nic, vec![0, 1]).unwrap(),
+            vec![0, 1],
+            false,
+        )
+        .err()
+        .unwrap();
+        assert!(
+            matches!(
+                e,
+                DaemonError::TableOutsideTargets {
+                    bucket: 2,
+                    target: 2,
+                    ..
+                }
+            ),
+            "{e}"
+        );
     }
 }

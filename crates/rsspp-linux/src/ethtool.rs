@@ -30,8 +30,22 @@ pub trait RssDevice {
     /// size and name existing RX queues only. The write is one ioctl: on
     /// error the device keeps its previous table.
     fn set_indirection(&mut self, table: &[u32]) -> Result<(), EthtoolError>;
+    /// Puts the driver's default table back (entry `i` → queue `i mod n`)
+    /// the way `ethtool -X IF default` does: the kernel then no longer
+    /// counts the table as set by the user, and lets `ethtool -L` change
+    /// the number of queues again.
+    fn reset_indirection(&mut self) -> Result<(), EthtoolError>;
     /// The number of RX queues the table may name (entries `0..n`).
     fn rx_queues(&mut self) -> Result<u32, EthtoolError>;
+}
+
+/// The table a driver starts with, and `ethtool -X IF default` puts back:
+/// entry `i` → queue `i mod queues` (the kernel's
+/// `ethtool_rxfh_indir_default`).
+pub fn default_table(size: usize, queues: u32) -> Vec<u32> {
+    (0..size)
+        .map(|i| (i % queues.max(1) as usize) as u32)
+        .collect()
 }
 
 /// A device's RSS configuration.

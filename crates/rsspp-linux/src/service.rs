@@ -544,15 +544,17 @@ impl Service {
                 }
             }
             Running::Hardware(d) => {
-                let path = d.into_datapath();
+                let mut path = d.into_datapath();
                 if keep {
-                    let (mut xdp, _nic) = path.keep();
-                    xdp.detach()
+                    path.keep();
+                    path.xdp()
+                        .detach()
                         .map(|()| info!(iface = %config.iface, "left the last table in the NIC (--keep)"))
                         .map_err(ServiceError::from)
                 } else {
-                    let (mut xdp, _nic, restored) = path.restore();
-                    xdp.detach()
+                    let restored = path.restore();
+                    path.xdp()
+                        .detach()
                         .map_err(ServiceError::from)
                         .and_then(|()| restored.map_err(ServiceError::from))
                 }

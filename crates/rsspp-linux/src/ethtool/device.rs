@@ -302,6 +302,19 @@ impl RssDevice for Ethtool {
         }
     }
 
+    fn reset_indirection(&mut self) -> Result<(), EthtoolError> {
+        // A table of size 0 asks the kernel for the driver's default, and
+        // clears its "set by the user" mark (IFF_RXFH_CONFIGURED).
+        let mut buf = wire::rxfh_indir_set(&[]);
+        self.ioctl(wire::SRXFHINDIR, &mut buf).map_err(|r| {
+            if r.is(libc::EOPNOTSUPP) {
+                self.not_writable(r)
+            } else {
+                self.error(r)
+            }
+        })
+    }
+
     fn rx_queues(&mut self) -> Result<u32, EthtoolError> {
         // ETHTOOL_GRXRINGS is the count the kernel checks table entries
         // against; ETHTOOL_GCHANNELS is what drivers without it offer.

@@ -20,6 +20,7 @@ pub struct FakeNic {
     writable: bool,
     failures: VecDeque<EthtoolError>,
     writes: Vec<Vec<u32>>,
+    user_set: bool,
 }
 
 impl FakeNic {
@@ -29,16 +30,21 @@ impl FakeNic {
     pub fn new(name: &str, table_size: usize, queues: u32) -> Self {
         Self {
             name: name.to_string(),
-            table: (0..table_size)
-                .map(|i| (i % queues.max(1) as usize) as u32)
-                .collect(),
+            table: super::default_table(table_size, queues),
             key: RssKey::microsoft().as_bytes().to_vec(),
             hfunc: HashFunction::Toeplitz,
             queues,
             writable: true,
             failures: VecDeque::new(),
             writes: Vec::new(),
+            user_set: false,
         }
+    }
+
+    /// Whether the table was written (the kernel's IFF_RXFH_CONFIGURED):
+    /// until a reset, `ethtool -L` may not drop a queue it names.
+    pub fn user_set(&self) -> bool {
+        self.user_set
     }
 
     /// Makes writes fail as on a driver without a writable table (veth,
@@ -104,6 +110,21 @@ impl RssDevice for FakeNic {
         check_table(&self.name, table, self.table.len(), self.queues)?;
         self.table = table.to_vec();
         self.writes.push(table.to_vec());
+        self.user_set = true;
+        Ok(())
+    }
+
+    fn reset_indirection(&mut self) -> Result<(), EthtoolError> {
+        self.injected()?;
+        if !self.writable {
+            return Err(EthtoolError::NotWritable {
+                iface: self.name.clone(),
+                op: "ETHTOOL_SRXFHINDIR",
+                errno: Errno(libc::EOPNOTSUPP),
+            });
+        }
+        self.table = super::default_table(self.table.len(), self.queues);
+        self.user_set = false;
         Ok(())
     }
 
