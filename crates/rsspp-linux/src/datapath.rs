@@ -55,6 +55,11 @@ impl SoftwarePath {
         }
     }
 
+    /// Number of possible CPUs (the length of the per-CPU counters).
+    pub fn possible_cpus(&self) -> usize {
+        self.xdp.possible_cpus()
+    }
+
     /// Whether moves keep order.
     pub fn ordered_moves(&self) -> bool {
         self.handoffs.is_some()

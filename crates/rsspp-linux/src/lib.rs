@@ -9,6 +9,7 @@
 
 #![warn(missing_docs)]
 
+pub mod bench_daemon;
 pub mod cpu;
 pub mod daemon;
 pub mod datapath;

@@ -602,13 +602,10 @@ impl Service {
             }),
             Err(e) => warn!("{e}"),
         }
+        let per_bucket = self.config.bucket_metrics;
         match &self.running {
-            Running::Software(d) => publish(&self.shared, d, round, took),
-            Running::Hardware(d) => publish(&self.shared, d, round, took),
-        }
-        let buckets = self.shared.update(|s| s.buckets.len());
-        if !exports_buckets(self.config.bucket_metrics, buckets) {
-            self.shared.update(|s| s.buckets.clear());
+            Running::Software(d) => publish_round(&self.shared, d, round, took, per_bucket),
+            Running::Hardware(d) => publish_round(&self.shared, d, round, took, per_bucket),
         }
     }
 }
@@ -749,13 +746,16 @@ fn load_counter(options: &XdpOptions) -> Result<Xdp, XdpError> {
     Xdp::load(options, Program::Count { rx_hash: false })
 }
 
-/// Fills the metrics from the daemon's last round.
-fn publish<D: DataPath, B: BusyClock>(
+/// Fills the metrics from the daemon's last round; the per-bucket series
+/// as `per_bucket` asks ([`ServiceConfig::bucket_metrics`]).
+pub(crate) fn publish_round<D: DataPath, B: BusyClock>(
     shared: &SharedMetrics,
     daemon: &Daemon<D, B>,
     round: Option<&Round>,
     took: Duration,
+    per_bucket: Option<bool>,
 ) {
+    let buckets = exports_buckets(per_bucket, daemon.table().len());
     shared.update(|s| {
         s.cpus = daemon
             .targets()
@@ -775,12 +775,16 @@ fn publish<D: DataPath, B: BusyClock>(
         let settlement = daemon.settlement();
         s.handoffs_pending = settlement.held.len();
         s.handoffs = settlement.totals;
-        s.buckets = daemon
-            .table()
-            .iter()
-            .zip(daemon.bucket_totals())
-            .map(|(&cpu, &packets_total)| BucketMetrics { packets_total, cpu })
-            .collect();
+        s.buckets.clear();
+        if buckets {
+            s.buckets.extend(
+                daemon
+                    .table()
+                    .iter()
+                    .zip(daemon.bucket_totals())
+                    .map(|(&cpu, &packets_total)| BucketMetrics { packets_total, cpu }),
+            );
+        }
         s.migrations_total = daemon.migrations();
         s.rounds_total = daemon.rounds();
         if let Some(r) = round {

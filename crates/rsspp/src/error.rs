@@ -112,6 +112,9 @@ pub enum CliError {
     /// Loading, attaching or running the XDP programs failed.
     #[error(transparent)]
     Xdp(#[from] rsspp_linux::xdp::XdpError),
+    /// `rsspp bench daemon` could not run.
+    #[error(transparent)]
+    BenchDaemon(#[from] rsspp_linux::bench_daemon::BenchDaemonError),
     /// The state benchmark failed.
     #[error(transparent)]
     BenchState(#[from] BenchStateError),

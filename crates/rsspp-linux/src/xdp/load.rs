@@ -246,9 +246,10 @@ fn load_object(
         .rsspp_reta
         .set_max_entries(reta_size as u32)
         .map_err(&sizing)?;
+    // One row of the table's size per CPU (see the C code).
     open.maps
         .rsspp_buckets
-        .set_max_entries(reta_size as u32)
+        .set_max_entries((reta_size * possible_cpus) as u32)
         .map_err(&sizing)?;
     open.maps
         .rsspp_cpumap
@@ -341,7 +342,20 @@ fn load_object(
         cpumap_drops: steering_map(&skel.maps.rsspp_cpumap_drops)?,
         cpumap_id: steering_map(&skel.maps.rsspp_cpumap_id)?,
         drops_prog,
-        buckets: MapHandle::try_from(&skel.maps.rsspp_buckets).map_err(&handle)?,
+        buckets: {
+            let map = MapHandle::try_from(&skel.maps.rsspp_buckets).map_err(&handle)?;
+            let len = reta_size * possible_cpus;
+            let rows = super::maps::Mapped::new(&map, len).map_err(|source| {
+                XdpError::new(
+                    iface,
+                    XdpErrorKind::Os {
+                        what: "mapping the bucket counters",
+                        source,
+                    },
+                )
+            })?;
+            (map, rows)
+        },
         cpus: MapHandle::try_from(&skel.maps.rsspp_cpus).map_err(&handle)?,
         counters: MapHandle::try_from(&skel.maps.rsspp_counters).map_err(&handle)?,
     };

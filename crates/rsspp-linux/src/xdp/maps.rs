@@ -58,6 +58,71 @@ impl HandoffState {
     }
 }
 
+/// A BPF array map of u64 made with `BPF_F_MMAPABLE`, mapped into this
+/// process: its values read (and, for benchmarks, written) in place.
+#[derive(Debug)]
+pub(super) struct Mapped {
+    ptr: std::ptr::NonNull<u64>,
+    entries: usize,
+    bytes: usize,
+}
+
+// SAFETY: the mapping is plain shared memory of u64 counters, read and
+// written only with volatile accesses; it lives until drop.
+unsafe impl Send for Mapped {}
+// SAFETY: as above.
+unsafe impl Sync for Mapped {}
+
+impl Mapped {
+    /// Maps the `entries` u64 values of `map`.
+    pub(super) fn new(map: &MapHandle, entries: usize) -> std::io::Result<Self> {
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+        let bytes = (entries * 8).div_ceil(page) * page;
+        // SAFETY: a shared mapping of the map's fd at offset 0, of a length
+        // the kernel checks against the map; the result is checked.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                map.as_fd().as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Self {
+            ptr: std::ptr::NonNull::new(ptr.cast::<u64>()).expect("mmap returned non-null"),
+            entries,
+            bytes,
+        })
+    }
+
+    /// Value `i`, as the programs last wrote it.
+    pub(super) fn get(&self, i: usize) -> u64 {
+        assert!(i < self.entries, "index {i} past {}", self.entries);
+        // SAFETY: in bounds of the mapping; aligned (page-aligned base).
+        unsafe { std::ptr::read_volatile(self.ptr.as_ptr().add(i)) }
+    }
+
+    /// Sets value `i`.
+    pub(super) fn set(&self, i: usize, v: u64) {
+        assert!(i < self.entries, "index {i} past {}", self.entries);
+        // SAFETY: as in `get`.
+        unsafe { std::ptr::write_volatile(self.ptr.as_ptr().add(i), v) }
+    }
+}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, unmapped once.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.bytes) };
+    }
+}
+
 /// Bits of a table entry: the CPU, and the CPU a bucket in handoff goes to
 /// (plus one; 0 for none). As in the C code's `RETA_CPU_MASK` and
 /// `RETA_NEXT_SHIFT`.
@@ -269,9 +334,25 @@ impl Xdp {
     }
 
     /// Packets per bucket since load, summed over CPUs; `out` has
-    /// [`Xdp::reta_size`] slots.
+    /// [`Xdp::reta_size`] slots. Read through the map's memory mapping: no
+    /// system call.
     pub fn bucket_packets(&self, out: &mut [u64]) -> Result<(), XdpError> {
-        self.percpu_sums(&self.maps.buckets, out, "per-bucket packets")
+        if out.len() != self.reta_size {
+            return Err(self.error(XdpErrorKind::BufferLength {
+                what: "per-bucket packets",
+                expected: self.reta_size,
+                got: out.len(),
+            }));
+        }
+        let rows = &self.maps.buckets.1;
+        out.fill(0);
+        for cpu in 0..self.possible_cpus {
+            let base = cpu * self.reta_size;
+            for (b, o) in out.iter_mut().enumerate() {
+                *o += rows.get(base + b);
+            }
+        }
+        Ok(())
     }
 
     /// Packets per CPU since load: steered to it (steering) or counted on
@@ -295,6 +376,49 @@ impl Xdp {
             handoff_held: at(Counter::COUNTER_HANDOFF_HELD),
             handoff_no_meta: at(Counter::COUNTER_HANDOFF_NO_META),
         })
+    }
+
+    /// Sets the packet counters as if traffic had made them (`rsspp bench
+    /// daemon`, which has no interface to receive on): `buckets[b]` and
+    /// `cpus[c]` packets since load, all on the first CPU's slot.
+    pub(crate) fn set_counts(&self, buckets: &[u64], cpus: &[u64]) -> Result<(), XdpError> {
+        let rows = &self.maps.buckets.1;
+        for (b, &n) in buckets.iter().enumerate().take(self.reta_size) {
+            rows.set(b, n);
+            for cpu in 1..self.possible_cpus {
+                rows.set(cpu * self.reta_size + b, 0);
+            }
+        }
+        for (map, counts) in [(&self.maps.cpus, cpus)] {
+            let mut keys = Vec::with_capacity(counts.len() * 4);
+            let mut values = vec![0u8; counts.len() * self.possible_cpus * 8];
+            for (i, &n) in counts.iter().enumerate() {
+                keys.extend_from_slice(&(i as u32).to_ne_bytes());
+                let at = i * self.possible_cpus * 8;
+                values[at..at + 8].copy_from_slice(&n.to_ne_bytes());
+            }
+            // libbpf-rs sizes batch values for plain maps only.
+            let opts = libbpf_sys::bpf_map_batch_opts {
+                sz: std::mem::size_of::<libbpf_sys::bpf_map_batch_opts>() as _,
+                ..Default::default()
+            };
+            let mut count = counts.len() as u32;
+            // SAFETY: `keys` holds `count` 4-byte keys and `values` `count`
+            // per-CPU values of `possible_cpus` 8-byte slots.
+            let ret = unsafe {
+                libbpf_sys::bpf_map_update_batch(
+                    map.as_fd().as_raw_fd(),
+                    keys.as_ptr().cast::<c_void>(),
+                    values.as_ptr().cast::<c_void>(),
+                    &mut count,
+                    &opts,
+                )
+            };
+            if ret < 0 {
+                return Err(self.os_error("setting the counters", -ret));
+            }
+        }
+        Ok(())
     }
 
     /// Writes one entry of a map with 4-byte keys.

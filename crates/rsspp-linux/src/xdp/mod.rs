@@ -60,7 +60,8 @@ struct Maps {
     cpumap_id: Option<MapHandle>,
     /// Steering only: the drop counter, attached after load.
     drops_prog: Option<OwnedFd>,
-    buckets: MapHandle,
+    /// The per-bucket counters, one row per CPU, and their memory mapping.
+    buckets: (MapHandle, maps::Mapped),
     cpus: MapHandle,
     counters: MapHandle,
 }

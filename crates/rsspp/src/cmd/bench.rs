@@ -33,6 +33,31 @@ enum BenchCommand {
     /// The XDP programs' cost per packet (BPF_PROG_TEST_RUN): count-only
     /// and steering, IPv4 TCP and IPv6 UDP frames. Needs root.
     Xdp(crate::bench_xdp::BenchXdpArgs),
+    /// The daemon's CPU time per round by table size (the steering program
+    /// loaded but not attached, traffic made with BPF_PROG_TEST_RUN).
+    /// Needs root.
+    Daemon(BenchDaemonArgs),
+}
+
+/// Arguments of `rsspp bench daemon`.
+#[derive(Debug, Clone, Args)]
+pub struct BenchDaemonArgs {
+    /// Table sizes to measure (powers of two, 64–65536).
+    #[arg(long, value_delimiter = ',', default_values_t = [128, 4096, 65536])]
+    reta_sizes: Vec<usize>,
+    /// Rounds per size.
+    #[arg(long, default_value_t = 50)]
+    rounds: usize,
+    /// Packets a second of (made-up) traffic.
+    #[arg(long, default_value_t = 1_000_000)]
+    pps: u64,
+    /// Export the per-bucket series (default: as `rsspp run`, on up to
+    /// 4096 buckets).
+    #[arg(long, value_name = "on|off")]
+    bucket_metrics: Option<String>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Arguments of `rsspp bench state`.
@@ -202,7 +227,90 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
         BenchCommand::Balance(a) => run_balance(a),
         BenchCommand::State(a) => run_state(a),
         BenchCommand::Xdp(a) => crate::bench_xdp::run(a),
+        BenchCommand::Daemon(a) => run_daemon(a),
     }
+}
+
+/// One table size, as printed.
+#[derive(Debug, Serialize)]
+struct DaemonRow {
+    reta_size: usize,
+    rounds: usize,
+    moves: u64,
+    round_us: f64,
+    cpu_percent_at_10hz: f64,
+    scrape_bytes: usize,
+    scrape_us: f64,
+}
+
+/// `rsspp bench daemon`.
+fn run_daemon(args: &BenchDaemonArgs) -> Result<(), CliError> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(CliError::Invalid(
+            "rsspp bench daemon needs root: it loads the XDP programs".into(),
+        ));
+    }
+    if args.rounds == 0 || args.pps == 0 {
+        return Err(CliError::Invalid(
+            "--rounds and --pps must be at least 1".into(),
+        ));
+    }
+    let bucket_metrics = match args.bucket_metrics.as_deref() {
+        None => None,
+        Some("on") => Some(true),
+        Some("off") => Some(false),
+        Some(other) => {
+            return Err(CliError::Invalid(format!(
+                "--bucket-metrics is on or off, not {other:?}"
+            )))
+        }
+    };
+    let mut rows = Vec::new();
+    for &size in &args.reta_sizes {
+        if !(64..=65_536).contains(&size) || !size.is_power_of_two() {
+            return Err(CliError::Invalid(format!(
+                "--reta-sizes: {size} is not a power of two from 64 to 65536"
+            )));
+        }
+        let c = rsspp_linux::bench_daemon::measure(size, args.rounds, args.pps, bucket_metrics)?;
+        rows.push(DaemonRow {
+            reta_size: c.reta_size,
+            rounds: c.rounds,
+            moves: c.moves,
+            round_us: c.per_round.as_secs_f64() * 1e6,
+            cpu_percent_at_10hz: c.percent_at_10hz,
+            scrape_bytes: c.scrape_bytes,
+            scrape_us: c.per_scrape.as_secs_f64() * 1e6,
+        });
+    }
+    let text = if args.json {
+        serde_json::to_string_pretty(&rows).expect("serialises") + "\n"
+    } else {
+        let mut t = format!(
+            "The daemon's rounds ({} rounds a size, {} packets/s of skewed traffic; CPU time of the round's thread)\n\
+             buckets  moves  round µs  CPU % at 10 Hz  scrape bytes  scrape µs\n",
+            args.rounds, args.pps
+        );
+        for r in &rows {
+            t += &format!(
+                "{:>7} {:>6} {:>9.1} {:>15.3} {:>13} {:>10.1}\n",
+                r.reta_size,
+                r.moves,
+                r.round_us,
+                r.cpu_percent_at_10hz,
+                r.scrape_bytes,
+                r.scrape_us
+            );
+        }
+        t += "A round: read the counters, the CPUMAP threads' busy time, rebalance, write the\n\
+              moved buckets, fill the metrics; a scrape renders /metrics (per scrape, not per round).\n";
+        t
+    };
+    std::io::stdout()
+        .lock()
+        .write_all(text.as_bytes())
+        .map_err(CliError::output)
 }
 
 /// CPU time of the calling thread, nanoseconds (Linux: the first field of
