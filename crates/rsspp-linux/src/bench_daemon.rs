@@ -38,6 +38,8 @@ pub struct DaemonCost {
     pub moves: u64,
     /// Mean CPU time of a round.
     pub per_round: Duration,
+    /// Of which the control loop (rebalancer), wall time.
+    pub per_solve: Duration,
     /// The daemon's share of one CPU at 10 rounds a second, percent.
     pub percent_at_10hz: f64,
     /// Bytes of one `/metrics` answer, per-bucket series included or not.
@@ -137,8 +139,8 @@ pub fn measure(
     let mut daemon = Daemon::start(config, path, clock, Duration::ZERO)?;
     let shared = SharedMetrics::new(MetricsSnapshot::new("lo", "software"));
     let mut now = Duration::ZERO;
-    let (mut round_cpu, mut scrape_cpu, mut scrape_bytes, mut moves) =
-        (Duration::ZERO, Duration::ZERO, 0, 0);
+    let (mut round_cpu, mut solve, mut scrape_cpu, mut scrape_bytes, mut moves) =
+        (Duration::ZERO, Duration::ZERO, Duration::ZERO, 0, 0);
     let mut rng = rsspp_core::rand::SplitMix64::new(7);
     let mut buckets = vec![0u64; reta_size];
     let mut per_cpu = vec![0u64; possible];
@@ -169,6 +171,7 @@ pub fn measure(
         );
         round_cpu += thread_cpu() - t0;
         moves += round.moves.len() as u64;
+        solve += round.solve;
         let t1 = thread_cpu();
         let text = render(&shared.snapshot());
         scrape_cpu += thread_cpu() - t1;
@@ -180,6 +183,7 @@ pub fn measure(
         rounds,
         moves,
         per_round,
+        per_solve: solve / rounds.max(1) as u32,
         percent_at_10hz: per_round.as_secs_f64() * 10.0 * 100.0,
         scrape_bytes,
         per_scrape: scrape_cpu / rounds.max(1) as u32,

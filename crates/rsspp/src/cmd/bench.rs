@@ -238,6 +238,7 @@ struct DaemonRow {
     rounds: usize,
     moves: u64,
     round_us: f64,
+    rebalance_us: f64,
     cpu_percent_at_10hz: f64,
     scrape_bytes: usize,
     scrape_us: f64,
@@ -279,6 +280,7 @@ fn run_daemon(args: &BenchDaemonArgs) -> Result<(), CliError> {
             rounds: c.rounds,
             moves: c.moves,
             round_us: c.per_round.as_secs_f64() * 1e6,
+            rebalance_us: c.per_solve.as_secs_f64() * 1e6,
             cpu_percent_at_10hz: c.percent_at_10hz,
             scrape_bytes: c.scrape_bytes,
             scrape_us: c.per_scrape.as_secs_f64() * 1e6,
@@ -289,15 +291,16 @@ fn run_daemon(args: &BenchDaemonArgs) -> Result<(), CliError> {
     } else {
         let mut t = format!(
             "The daemon's rounds ({} rounds a size, {} packets/s of skewed traffic; CPU time of the round's thread)\n\
-             buckets  moves  round µs  CPU % at 10 Hz  scrape bytes  scrape µs\n",
+             buckets  moves  round µs  rebalance µs  CPU % at 10 Hz  scrape bytes  scrape µs\n",
             args.rounds, args.pps
         );
         for r in &rows {
             t += &format!(
-                "{:>7} {:>6} {:>9.1} {:>15.3} {:>13} {:>10.1}\n",
+                "{:>7} {:>6} {:>9.1} {:>13.1} {:>15.3} {:>13} {:>10.1}\n",
                 r.reta_size,
                 r.moves,
                 r.round_us,
+                r.rebalance_us,
                 r.cpu_percent_at_10hz,
                 r.scrape_bytes,
                 r.scrape_us
