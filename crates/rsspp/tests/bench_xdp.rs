@@ -83,3 +83,56 @@ fn bench_xdp_refuses_bad_arguments() {
             .stderr(predicate::str::contains("not a power of two"));
     }
 }
+
+#[test]
+fn bench_daemon_times_rounds_by_table_size() {
+    if !is_root() {
+        eprintln!("skipping bench daemon test: it needs root (CI runs as root)");
+        return;
+    }
+    let out = rsspp()
+        .args([
+            "bench",
+            "daemon",
+            "--rounds",
+            "3",
+            "--reta-sizes",
+            "128,8192",
+            "--json",
+        ])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let rows: Vec<Value> = serde_json::from_slice(&out).unwrap();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0]["reta_size"], 128);
+    assert!(rows[0]["round_us"].as_f64().unwrap() > 0.0, "{}", rows[0]);
+    // Per-bucket series: on at 128 buckets, off by default above 4096.
+    assert!(rows[0]["scrape_bytes"].as_u64().unwrap() > 128 * 60);
+    assert!(
+        rows[1]["scrape_bytes"].as_u64().unwrap() < 8192,
+        "{}",
+        rows[1]
+    );
+}
+
+#[test]
+fn bench_daemon_refuses_bad_arguments() {
+    for (args, says) in [
+        (&["--reta-sizes", "100"][..], "power of two"),
+        (&["--rounds", "0"][..], "at least 1"),
+        (&["--bucket-metrics", "maybe"][..], "on or off"),
+    ] {
+        let assert = rsspp().args(["bench", "daemon"]).args(args).assert();
+        if !is_root() {
+            assert.failure();
+            continue;
+        }
+        assert
+            .failure()
+            .code(1)
+            .stderr(predicate::str::contains(says));
+    }
+}
