@@ -530,14 +530,7 @@ mod tests {
             reta.update(&bucket.to_ne_bytes(), &4095u32.to_ne_bytes(), MapFlags::ANY)
                 .unwrap();
         }
-        // Ethernet, IPv4 (10.0.0.1 -> 10.0.0.2, UDP), UDP 1 -> 2.
-        let mut frame = vec![0u8; 42];
-        frame[12..14].copy_from_slice(&[0x08, 0x00]);
-        frame[14] = 0x45;
-        frame[23] = 17;
-        frame[26..34].copy_from_slice(&[10, 0, 0, 1, 10, 0, 0, 2]);
-        frame[34..38].copy_from_slice(&[0, 1, 0, 2]);
-        let run = x.test_run(&frame, 5).unwrap();
+        let run = x.test_run(&frame(), 5).unwrap();
         assert_eq!(run.action, XdpAction::Pass);
         let other = x.other_counts().unwrap();
         assert_eq!(
@@ -552,12 +545,6 @@ mod tests {
         x.cpu_packets(&mut cpus).unwrap();
         assert_eq!(cpus.iter().sum::<u64>(), 5);
     }
-}
-
-#[cfg(test)]
-mod handoff_tests {
-    use super::super::{Program, XdpAction, XdpOptions};
-    use super::*;
 
     /// Ethernet, IPv4 (10.0.0.1 -> 10.0.0.2, UDP), UDP 1 -> 2.
     fn frame() -> Vec<u8> {
