@@ -228,6 +228,9 @@ pub struct HardwarePath<N: RssDevice> {
     written: bool,
     /// Restored or kept: nothing left to do on drop.
     settled: bool,
+    /// Put the original back even if nothing was written (it is not the
+    /// table the NIC has: a crashed run's was there).
+    restore_always: bool,
 }
 
 impl<N: RssDevice> HardwarePath<N> {
@@ -235,8 +238,20 @@ impl<N: RssDevice> HardwarePath<N> {
     /// `queues`) with the counting program `xdp`; remembers the NIC's table
     /// to put it back.
     pub fn new(xdp: Xdp, mut nic: N, queues: Vec<u32>) -> Result<Self, HardwareError> {
-        Self::check_queues(&mut nic, &queues)?;
         let original = nic.rss()?.indirection;
+        Self::with_original(xdp, nic, queues, original)
+    }
+
+    /// As [`HardwarePath::new`], putting back `original` rather than the
+    /// table the NIC has now (which a daemon that did not put its table
+    /// back left there: see [`crate::lifecycle::SavedTable`]).
+    pub fn with_original(
+        xdp: Xdp,
+        mut nic: N,
+        queues: Vec<u32>,
+        original: Vec<u32>,
+    ) -> Result<Self, HardwareError> {
+        Self::check_queues(&mut nic, &queues)?;
         let per_cpu = vec![0; xdp.possible_cpus()];
         Ok(Self {
             xdp,
@@ -246,6 +261,7 @@ impl<N: RssDevice> HardwarePath<N> {
             per_cpu,
             written: false,
             settled: false,
+            restore_always: false,
         })
     }
 
@@ -280,15 +296,16 @@ impl<N: RssDevice> HardwarePath<N> {
     /// user's and `ethtool -L` may change the queues again.
     pub fn restore(&mut self) -> Result<(), EthtoolError> {
         self.settled = true;
-        if !self.written {
+        if !self.written && !self.restore_always {
             return Ok(());
         }
-        let queues = self.nic.rx_queues()?;
-        if self.original == crate::ethtool::default_table(self.original.len(), queues) {
-            self.nic.reset_indirection()
-        } else {
-            self.nic.set_indirection(&self.original)
-        }
+        crate::ethtool::put_back(&mut self.nic, &self.original)
+    }
+
+    /// Puts the original back when the path ends even if the daemon never
+    /// writes a table: the NIC's table now is not the original.
+    pub fn restore_always(&mut self) {
+        self.restore_always = true;
     }
 
     /// Leaves the table as it is when the path ends.
@@ -475,6 +492,22 @@ mod tests {
             };
             assert_eq!(nic.borrow().table(), expected, "keep: {keep}");
         }
+    }
+
+    #[test]
+    fn a_table_left_by_a_killed_run_gives_way_to_the_saved_original() {
+        let Some(xdp) = counter() else { return };
+        // The NIC holds a dead daemon's table; the original was saved.
+        let mut nic = FakeNic::new("fake0", N, 4);
+        nic.set_indirection(&table(&[1, 1, 0])).unwrap();
+        let original = table(&[0, 1, 2, 3]);
+        let mut path = HardwarePath::with_original(xdp, nic, vec![0, 1], original.clone()).unwrap();
+        path.restore_always();
+        // Even with nothing written (counting only), the original goes back,
+        // by a reset: it is the driver's default.
+        path.restore().unwrap();
+        assert_eq!(path.nic().table(), original);
+        assert!(!path.nic().user_set());
     }
 
     #[test]

@@ -48,6 +48,19 @@ pub fn default_table(size: usize, queues: u32) -> Vec<u32> {
         .collect()
 }
 
+/// Puts `original` back in `nic`: by a reset when it is the driver's
+/// default for the queues the NIC has now (the kernel then no longer holds
+/// the table as the user's, and `ethtool -L` may change the queues again),
+/// else written as it is.
+pub fn put_back<N: RssDevice + ?Sized>(nic: &mut N, original: &[u32]) -> Result<(), EthtoolError> {
+    let queues = nic.rx_queues()?;
+    if original == default_table(original.len(), queues).as_slice() {
+        nic.reset_indirection()
+    } else {
+        nic.set_indirection(original)
+    }
+}
+
 /// A device's RSS configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RssConfig {

@@ -71,6 +71,9 @@ pub enum LifecycleError {
         /// The holders' pids, comma-separated.
         pids: String,
     },
+    /// The NIC's saved table could not be put back.
+    #[error("putting back the NIC's saved table: {0}")]
+    Nic(#[from] crate::ethtool::EthtoolError),
     /// A system call failed.
     #[error("{iface}: {what}: {source}")]
     Os {
@@ -507,6 +510,107 @@ impl State {
     }
 }
 
+/// The NIC table a hardware-mode daemon found when it started (the one to
+/// put back), saved next to its state file while its own table is in the
+/// NIC: a run that ends without putting it back (SIGKILL, `--keep`) leaves
+/// it there, so that the next run, or `rsspp detach`, puts back the real
+/// original rather than the table the dead daemon left.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SavedTable {
+    /// The daemon that saved it.
+    pub pid: u32,
+    /// The table.
+    pub table: Vec<u32>,
+}
+
+impl SavedTable {
+    /// Where `iface`'s saved table is (in the calling thread's network
+    /// namespace).
+    pub fn path(iface: &str) -> PathBuf {
+        state_path(iface).with_file_name("original-table")
+    }
+
+    /// Reads `iface`'s saved table, if any (a file that does not parse is
+    /// none).
+    pub fn read(iface: &str) -> Option<SavedTable> {
+        let text = fs::read_to_string(Self::path(iface)).ok()?;
+        let (mut pid, mut table) = (None, None);
+        for (k, v) in text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.split_once('='))
+        {
+            match k {
+                "pid" => pid = v.parse().ok(),
+                "table" => {
+                    table = v
+                        .split(',')
+                        .map(|q| q.parse().ok())
+                        .collect::<Option<Vec<u32>>>()
+                }
+                _ => {}
+            }
+        }
+        Some(SavedTable {
+            pid: pid?,
+            table: table.filter(|t| !t.is_empty())?,
+        })
+    }
+
+    /// Saves it as `iface`'s (atomically: written aside, then renamed).
+    pub fn write(&self, iface: &str) -> io::Result<()> {
+        let path = Self::path(iface);
+        fs::create_dir_all(path.parent().expect("a directory"))?;
+        let table: Vec<String> = self.table.iter().map(u32::to_string).collect();
+        let text = format!(
+            "# rsspp run --mode hardware: the NIC's table before it wrote its own\npid={}\ntable={}\n",
+            self.pid,
+            table.join(",")
+        );
+        let tmp = path.with_extension("tmp");
+        fs::write(&tmp, text)?;
+        fs::rename(tmp, path)
+    }
+
+    /// Removes `iface`'s saved table.
+    pub fn remove(iface: &str) {
+        let _ = fs::remove_file(Self::path(iface));
+        if let Some(dir) = Self::path(iface).parent() {
+            let _ = fs::remove_dir(dir);
+        }
+    }
+
+    /// The table to put back on `iface`, whose table is `current`: a saved
+    /// one of the same size whose daemon is gone (it never put it back),
+    /// else `current`. Returns the pid of that daemon too.
+    pub fn original(iface: &str, current: Vec<u32>) -> (Vec<u32>, Option<u32>) {
+        match Self::read(iface) {
+            Some(saved) if !alive(saved.pid) && saved.table.len() == current.len() => {
+                (saved.table, Some(saved.pid))
+            }
+            _ => (current, None),
+        }
+    }
+}
+
+/// Puts back the NIC table a hardware-mode daemon saved on `iface` and
+/// did not put back (killed, or `--keep`), and forgets it; returns that
+/// daemon's pid, or `None` when there is nothing to put back (no saved
+/// table, or its daemon still runs: it will).
+pub fn restore_saved_table(iface: &str) -> Result<Option<u32>, LifecycleError> {
+    let Some(saved) = SavedTable::read(iface) else {
+        return Ok(None);
+    };
+    if alive(saved.pid) {
+        return Ok(None);
+    }
+    let mut nic = crate::ethtool::Ethtool::open(iface)?;
+    crate::ethtool::put_back(&mut nic, &saved.table)?;
+    SavedTable::remove(iface);
+    tracing::info!(iface, pid = saved.pid, "put back the NIC's original table");
+    Ok(Some(saved.pid))
+}
+
 /// Seconds since the epoch, now.
 pub fn unix_now() -> u64 {
     SystemTime::now()
@@ -860,6 +964,60 @@ impl Watch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A pid no process has any more.
+    fn dead_pid() -> u32 {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        pid
+    }
+
+    #[test]
+    fn a_saved_table_is_the_original_once_its_daemon_is_gone() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipping: /run/rsspp is root's (CI runs as root)");
+            return;
+        }
+        let iface = format!("rsspp-saved-{}", std::process::id());
+        let current = vec![0, 1, 0, 1];
+        assert_eq!(SavedTable::read(&iface), None);
+        assert_eq!(
+            SavedTable::original(&iface, current.clone()),
+            (current.clone(), None)
+        );
+        // A run that was killed with its own table in the NIC.
+        let pid = dead_pid();
+        let saved = SavedTable {
+            pid,
+            table: vec![3, 2, 1, 0],
+        };
+        saved.write(&iface).unwrap();
+        assert_eq!(SavedTable::read(&iface), Some(saved.clone()));
+        assert_eq!(
+            SavedTable::original(&iface, current.clone()),
+            (vec![3, 2, 1, 0], Some(pid))
+        );
+        // A table of another size is not this NIC's any more.
+        assert_eq!(SavedTable::original(&iface, vec![0; 8]), (vec![0; 8], None));
+        // A daemon still running will put its own back.
+        SavedTable {
+            pid: std::process::id(),
+            table: vec![3, 2, 1, 0],
+        }
+        .write(&iface)
+        .unwrap();
+        assert_eq!(
+            SavedTable::original(&iface, current.clone()),
+            (current.clone(), None)
+        );
+        // A file that does not parse is no table.
+        std::fs::write(SavedTable::path(&iface), "pid=12\ntable=1,x\n").unwrap();
+        assert_eq!(SavedTable::read(&iface), None);
+        SavedTable::remove(&iface);
+        assert!(!SavedTable::path(&iface).exists());
+    }
 
     #[test]
     fn the_state_file_reads_back() {

@@ -40,7 +40,7 @@ use crate::cpu::{BusyClock, CpumapThreads, ProcStat};
 use crate::daemon::{Daemon, DaemonConfig, DaemonError, DataPath, LoadModel, Round};
 use crate::datapath::{HardwareError, HardwarePath, SoftwarePath};
 use crate::ethtool::{Ethtool, EthtoolError, RssDevice};
-use crate::lifecycle::{self, Loss, State, Watch};
+use crate::lifecycle::{self, Loss, SavedTable, State, Watch};
 use crate::metrics::{
     BucketMetrics, CpuMetrics, MetricsError, MetricsServer, MetricsSnapshot, SharedMetrics,
 };
@@ -553,6 +553,9 @@ impl Service {
                         .map_err(ServiceError::from)
                 } else {
                     let restored = path.restore();
+                    if restored.is_ok() {
+                        SavedTable::remove(&config.iface);
+                    }
                     path.xdp()
                         .detach()
                         .map_err(ServiceError::from)
@@ -726,7 +729,23 @@ fn start_hardware(
     HardwarePath::check_queues(&mut nic, &targets)?;
     let mut xdp = load_counter(&options)?;
     xdp.attach()?;
-    let path = HardwarePath::new(xdp, nic, targets.clone())?;
+    // The table to put back: the NIC's, unless a daemon that never put
+    // its original back saved it (SIGKILL, --keep).
+    let (original, saved_by) = SavedTable::original(iface, rss.indirection.clone());
+    if let Some(pid) = saved_by {
+        warn!(iface = %iface, pid, "the NIC's table was left by an rsspp run (pid {pid}) that did not put the original back: the original it saved will be put back on exit");
+    }
+    let saved = SavedTable {
+        pid: std::process::id(),
+        table: original.clone(),
+    };
+    if let Err(e) = saved.write(iface) {
+        warn!(iface = %iface, "saving the NIC's original table under {}: {e} (a run after a crash would not find it)", SavedTable::path(iface).display());
+    }
+    let mut path = HardwarePath::with_original(xdp, nic, targets.clone(), original)?;
+    if saved_by.is_some() {
+        path.restore_always();
+    }
     let daemon = config.daemon(targets, size);
     let clock: Clock = Box::<ProcStat>::default();
     Ok(Daemon::start(daemon, path, clock, started.elapsed())?)

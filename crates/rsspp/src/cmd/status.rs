@@ -63,7 +63,17 @@ pub fn detach(args: &DetachArgs) -> Result<(), CliError> {
             if pinned { " and removed its pins" } else { "" }
         ),
     };
-    writeln!(std::io::stdout(), "{line}").map_err(CliError::output)
+    let mut out = std::io::stdout();
+    writeln!(out, "{line}").map_err(CliError::output)?;
+    if let Some(pid) = lifecycle::restore_saved_table(&args.iface)? {
+        writeln!(
+            out,
+            "{}: put back the NIC's original table (saved by rsspp run, pid {pid})",
+            args.iface
+        )
+        .map_err(CliError::output)?;
+    }
+    Ok(())
 }
 
 fn mode(a: &Attached) -> &'static str {
