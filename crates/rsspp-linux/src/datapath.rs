@@ -7,9 +7,9 @@
 //!   [`rsspp_core::handoff`]), unless moves are immediate.
 //! - [`HardwarePath`]: the NIC spreads packets over its receive queues with
 //!   its own indirection table; the XDP program only counts per bucket, and
-//!   the table is rewritten through ethtool. Queue `q` is taken to be served
-//!   by CPU `q` (the usual one-to-one IRQ affinity); its packets are those
-//!   counted on CPU `q`.
+//!   the table is rewritten through ethtool. A queue's packets are those
+//!   counted on the CPU serving it (its interrupt's, see
+//!   [`crate::queues`]; CPU = queue number when that is not known).
 
 use std::time::Duration;
 
@@ -220,6 +220,9 @@ pub struct HardwarePath<N: RssDevice> {
     xdp: Xdp,
     nic: N,
     queues: Vec<u32>,
+    /// The CPU serving each queue of `queues` (its packets are counted
+    /// there).
+    cpus: Vec<u32>,
     /// The table the NIC had before the daemon wrote its own.
     original: Vec<u32>,
     per_cpu: Vec<u64>,
@@ -256,6 +259,7 @@ impl<N: RssDevice> HardwarePath<N> {
         Ok(Self {
             xdp,
             nic,
+            cpus: queues.clone(),
             queues,
             original,
             per_cpu,
@@ -302,6 +306,13 @@ impl<N: RssDevice> HardwarePath<N> {
         crate::ethtool::put_back(&mut self.nic, &self.original)
     }
 
+    /// The CPU serving each queue, in the order of the queues (default:
+    /// queue q on CPU q): a queue's packets are the ones counted there.
+    pub fn set_serving_cpus(&mut self, cpus: Vec<u32>) {
+        assert_eq!(cpus.len(), self.queues.len(), "one CPU a queue");
+        self.cpus = cpus;
+    }
+
     /// Puts the original back when the path ends even if the daemon never
     /// writes a table: the NIC's table now is not the original.
     pub fn restore_always(&mut self) {
@@ -338,7 +349,7 @@ impl<N: RssDevice> DataPath for HardwarePath<N> {
 
     fn target_packets(&mut self, out: &mut [u64]) -> Result<(), HardwareError> {
         self.xdp.cpu_packets(&mut self.per_cpu)?;
-        pick(&self.per_cpu, &self.queues, out);
+        pick(&self.per_cpu, &self.cpus, out);
         Ok(())
     }
 

@@ -16,6 +16,7 @@ pub mod datapath;
 pub mod ethtool;
 pub mod lifecycle;
 pub mod metrics;
+pub mod queues;
 pub mod service;
 pub mod xdp;
 

@@ -36,7 +36,7 @@ use rsspp_core::toeplitz::KeyError;
 use rsspp_core::{ControlConfig, RssKey};
 use tracing::{info, warn};
 
-use crate::cpu::{BusyClock, CpumapThreads, ProcStat};
+use crate::cpu::{BusyClock, CpumapThreads, ProcStat, ServingCpus};
 use crate::daemon::{Daemon, DaemonConfig, DaemonError, DataPath, LoadModel, Round};
 use crate::datapath::{HardwareError, HardwarePath, SoftwarePath};
 use crate::ethtool::{Ethtool, EthtoolError, RssDevice};
@@ -44,6 +44,7 @@ use crate::lifecycle::{self, Loss, SavedTable, State, Watch};
 use crate::metrics::{
     BucketMetrics, CpuMetrics, MetricsError, MetricsServer, MetricsSnapshot, SharedMetrics,
 };
+use crate::queues::queue_cpus;
 use crate::xdp::{AttachMode, Program, Xdp, XdpError, XdpOptions, DEFAULT_CPUMAP_QUEUE};
 
 /// Buckets of the software table when none is asked for.
@@ -746,8 +747,23 @@ fn start_hardware(
     if saved_by.is_some() {
         path.restore_always();
     }
-    let daemon = config.daemon(targets, size);
-    let clock: Clock = Box::<ProcStat>::default();
+    let served = queue_cpus(iface, path.nic().rx_queues()?);
+    let cpus: Vec<u32> = targets
+        .iter()
+        .map(|&q| served.get(q as usize).map_or(q, |s| s.cpu()))
+        .collect();
+    let pairs: Vec<String> = targets
+        .iter()
+        .zip(&cpus)
+        .map(|(q, c)| {
+            let assumed = served.get(*q as usize).is_none_or(|s| s.assumed());
+            format!("{q}->{c}{}", if assumed { " (assumed)" } else { "" })
+        })
+        .collect();
+    info!(iface = %iface, "receive queue -> serving CPU: {} (from the queues' interrupts; `rsspp nic show` tells more)", pairs.join(", "));
+    path.set_serving_cpus(cpus.clone());
+    let daemon = config.daemon(targets.clone(), size);
+    let clock: Clock = Box::new(ServingCpus::new(ProcStat::default(), targets, cpus));
     Ok(Daemon::start(daemon, path, clock, started.elapsed())?)
 }
 

@@ -8,6 +8,7 @@ use clap::{Args, Subcommand};
 use rsspp_core::reta::RetaError;
 use rsspp_core::IndirectionTable;
 use rsspp_linux::ethtool::{Ethtool, EthtoolError, HashFunction, RssConfig, RssDevice};
+use rsspp_linux::queues::{queue_cpus, Queue, Served};
 
 use crate::error::CliError;
 
@@ -37,7 +38,8 @@ NICs have none).")]
 struct ShowArgs {
     /// The network interface.
     iface: String,
-    /// Print JSON: {"iface", "rx_queues", "table_size", "indirection": [...],
+    /// Print JSON: {"iface", "rx_queues", "queues": [{"queue", "cpu",
+    /// "assumed", "irq", "irq_name", "irq_cpus"}], "table_size", "indirection": [...],
     /// "key": "6d:5a:…" or null, "hfunc": "toeplitz" or null}.
     #[arg(long)]
     json: bool,
@@ -116,10 +118,29 @@ fn show(args: &ShowArgs) -> Result<(), CliError> {
     // The table first: on a device without one, that is what to report.
     let rss = dev.rss().map_err(NicError::from)?;
     let queues = dev.rx_queues().map_err(NicError::from)?;
+    let served = queue_cpus(&args.iface, queues);
     let text = if args.json {
+        let per_queue: Vec<serde_json::Value> = served
+            .iter()
+            .map(|q| {
+                serde_json::json!({
+                    "queue": q.queue,
+                    "cpu": q.cpu(),
+                    "assumed": q.assumed(),
+                    "irq": q.irq.as_ref().map(|(n, _)| n),
+                    "irq_name": q.irq.as_ref().map(|(_, name)| name),
+                    "irq_cpus": match &q.served {
+                        Served::Cpu(c) => vec![*c],
+                        Served::Several(cpus) => cpus.clone(),
+                        Served::Unknown => Vec::new(),
+                    },
+                })
+            })
+            .collect();
         let doc = serde_json::json!({
             "iface": args.iface,
             "rx_queues": queues,
+            "queues": per_queue,
             "table_size": rss.indirection.len(),
             "indirection": rss.indirection,
             "key": (!rss.key.is_empty()).then(|| hex_key(&rss.key)),
@@ -127,11 +148,33 @@ fn show(args: &ShowArgs) -> Result<(), CliError> {
         });
         format!("{doc}\n")
     } else {
-        ethtool_style(&args.iface, queues, &rss)
+        ethtool_style(&args.iface, queues, &rss) + &served_style(&served)
     };
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes()).map_err(CliError::output)?;
     out.flush().map_err(CliError::output)
+}
+
+/// Which CPU serves each queue, after the `ethtool -x` layout.
+fn served_style(queues: &[Queue]) -> String {
+    let mut s = String::from("RX queues and the CPUs serving them (their interrupts):\n");
+    for q in queues {
+        let irq = q
+            .irq
+            .as_ref()
+            .map_or(String::new(), |(n, name)| format!(" (IRQ {n} {name})"));
+        let how = match &q.served {
+            Served::Cpu(c) => format!("CPU {c}{irq}"),
+            Served::Several(cpus) => format!(
+                "CPU {} assumed: the interrupt may go to CPUs {}{irq}",
+                q.cpu(),
+                rsspp_linux::cpu::CpuList::from_cpus(cpus.clone())
+            ),
+            Served::Unknown => format!("CPU {} assumed: no interrupt found", q.cpu()),
+        };
+        s.push_str(&format!("    queue {}: {how}\n", q.queue));
+    }
+    s
 }
 
 fn hex_key(key: &[u8]) -> String {
