@@ -68,7 +68,18 @@ pub struct Settlement {
     pub held: Vec<usize>,
     /// Handoffs completed since the start, by how they ended.
     pub totals: HandoffTotals,
+    /// The table in use, in target numbers, when someone else changed it
+    /// since the daemon's last write (`ethtool -X`, another tool).
+    pub foreign_table: Option<Vec<u32>>,
 }
+
+/// How long the daemon first leaves the table alone after someone else
+/// changed it; doubled each time it happens again, up to
+/// [`MAX_FOREIGN_BACKOFF`].
+pub const FOREIGN_BACKOFF: Duration = Duration::from_secs(30);
+
+/// The longest the daemon leaves a table someone else keeps changing.
+pub const MAX_FOREIGN_BACKOFF: Duration = Duration::from_secs(600);
 
 /// Why the daemon could not start or a round failed; `E` is the data
 /// path's error.
@@ -202,6 +213,10 @@ pub struct Daemon<D: DataPath, B: BusyClock> {
     last_drops: Vec<u64>,
     last_busy: Vec<u64>,
     settlement: Settlement,
+    /// Someone else changed the table: no writes until then, and the
+    /// next pause if it happens again.
+    paused_until: Option<Duration>,
+    backoff: Duration,
     last_at: Duration,
     next: Duration,
     migrations: u64,
@@ -339,6 +354,8 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
             last_drops,
             last_busy,
             settlement: Settlement::default(),
+            paused_until: None,
+            backoff: FOREIGN_BACKOFF,
             last_at: now,
             next: now + interval,
             migrations: 0,
@@ -439,6 +456,44 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
             .collect()
     }
 
+    /// Someone else wrote the table: adopt it as the table in use when it
+    /// names only our targets, and leave it alone for a while (longer each
+    /// time), saying so once.
+    fn follow_foreign_table(&mut self, now: Duration, table: &[u32]) {
+        let targets = &self.config.targets;
+        let cores: Option<Vec<usize>> = table
+            .iter()
+            .map(|t| targets.iter().position(|x| x == t))
+            .collect();
+        let adopted = cores
+            .filter(|c| c.len() == self.table.len())
+            .and_then(|c| IndirectionTable::from_entries(c, targets.len()).ok());
+        let again = self.paused_until.is_some();
+        let pause = if again {
+            self.backoff = (self.backoff * 2).min(MAX_FOREIGN_BACKOFF);
+            self.backoff
+        } else {
+            self.backoff
+        };
+        if !again {
+            tracing::warn!(
+                "someone else changed the indirection table (ethtool -X, another tool): not writing it for {} s{}",
+                pause.as_secs(),
+                if adopted.is_some() { ", balancing from their table after" } else { "; their table names other queues than --cpus" }
+            );
+        } else {
+            debug!(
+                pause = pause.as_secs(),
+                "the table was changed again by someone else"
+            );
+        }
+        if let Some(t) = adopted {
+            self.written = in_targets(&t, targets);
+            self.table = t;
+        }
+        self.paused_until = Some(now + pause);
+    }
+
     /// Runs the round due at `now`: measures the interval since the last
     /// round, rebalances, and writes the moved buckets.
     pub fn round(&mut self, now: Duration) -> Result<Round, DaemonError<D::Error>> {
@@ -463,6 +518,10 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
         let mut busy = vec![0; n];
         self.clock.busy_ns(&self.config.targets, &mut busy)?;
         self.settlement = self.datapath.settle(now).map_err(DaemonError::Table)?;
+        if let Some(table) = self.settlement.foreign_table.take() {
+            self.follow_foreign_table(now, &table);
+        }
+        let paused = self.paused_until.is_some_and(|until| now < until);
 
         let bucket_packets: Vec<u64> = buckets
             .iter()
@@ -521,7 +580,7 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
         let mut scaling = ScalingAction::None;
         let mut solve = Duration::ZERO;
         let mut churned = 0;
-        if self.config.balance {
+        if self.config.balance && !paused {
             let started = Instant::now();
             self.control.hold(&self.settlement.held);
             let tick = self
@@ -570,7 +629,7 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
         } else {
             self.next = now + self.config.control.interval;
         }
-        if self.config.churn > 0 {
+        if self.config.churn > 0 && !paused {
             let n = self.config.targets.len();
             // Buckets still in handoff, or moved by the rebalancer just now,
             // stay where they are going.

@@ -179,6 +179,7 @@ impl DataPath for SoftwarePath {
         Ok(Settlement {
             held: handoffs.held(),
             totals: handoffs.totals(),
+            foreign_table: None,
         })
     }
 
@@ -234,6 +235,10 @@ pub struct HardwarePath<N: RssDevice> {
     /// Put the original back even if nothing was written (it is not the
     /// table the NIC has: a crashed run's was there).
     restore_always: bool,
+    /// The table last written, to tell when someone else changes it.
+    last_written: Option<Vec<u32>>,
+    /// Someone else's table last reported (each is reported once).
+    foreign: Option<Vec<u32>>,
 }
 
 impl<N: RssDevice> HardwarePath<N> {
@@ -266,6 +271,8 @@ impl<N: RssDevice> HardwarePath<N> {
             written: false,
             settled: false,
             restore_always: false,
+            last_written: None,
+            foreign: None,
         })
     }
 
@@ -302,6 +309,13 @@ impl<N: RssDevice> HardwarePath<N> {
         self.settled = true;
         if !self.written && !self.restore_always {
             return Ok(());
+        }
+        if let Some(ours) = &self.last_written {
+            if self.nic.rss()?.indirection != *ours {
+                // Someone else set the table last: theirs stays.
+                tracing::warn!(iface = %self.nic.name(), "left the table as someone else set it");
+                return Ok(());
+            }
         }
         crate::ethtool::put_back(&mut self.nic, &self.original)
     }
@@ -357,7 +371,26 @@ impl<N: RssDevice> DataPath for HardwarePath<N> {
         // The ioctl replaces the whole table at once.
         self.nic.set_indirection(table)?;
         self.written = true;
+        self.last_written = Some(table.to_vec());
+        self.foreign = None;
         Ok(())
+    }
+
+    fn settle(&mut self, _now: std::time::Duration) -> Result<Settlement, HardwareError> {
+        // Re-read each round: a table that is not the one written is
+        // someone else's.
+        let Some(ours) = &self.last_written else {
+            return Ok(Settlement::default());
+        };
+        let now = self.nic.rss()?.indirection;
+        if now == *ours || self.foreign.as_ref() == Some(&now) {
+            return Ok(Settlement::default());
+        }
+        self.foreign = Some(now.clone());
+        Ok(Settlement {
+            foreign_table: Some(now),
+            ..Settlement::default()
+        })
     }
 
     fn current_table(&mut self) -> Result<Option<Vec<u32>>, HardwareError> {
@@ -519,6 +552,55 @@ mod tests {
         path.restore().unwrap();
         assert_eq!(path.nic().table(), original);
         assert!(!path.nic().user_set());
+    }
+
+    #[test]
+    fn a_table_someone_else_writes_is_followed_not_fought() {
+        let Some(xdp) = counter() else { return };
+        let nic = std::rc::Rc::new(std::cell::RefCell::new(FakeNic::new("fake0", N, 4)));
+        let path = HardwarePath::new(xdp, Shared(nic.clone()), vec![0, 1]).unwrap();
+        let config = DaemonConfig {
+            targets: vec![0, 1],
+            reta_size: N,
+            control: ControlConfig::default(),
+            balance: false,
+            load: LoadModel::ByPackets,
+            // Moves every round, so that a pause shows.
+            churn: 4,
+            churn_seed: 1,
+        };
+        let mut d = Daemon::start(config, path, Idle, Duration::ZERO).unwrap();
+        let ms = Duration::from_millis;
+        d.round(ms(100)).unwrap();
+        let writes = nic.borrow().writes().len();
+        assert_eq!(writes, 2, "the first table, then the churn");
+        // `ethtool -X` from someone else, over our queues.
+        let theirs = table(&[1, 1, 1, 0]);
+        nic.borrow_mut().set_indirection(&theirs).unwrap();
+        let writes = nic.borrow().writes().len();
+        for t in 2..10 {
+            d.round(ms(100 * t)).unwrap();
+        }
+        assert_eq!(nic.borrow().writes().len(), writes, "not fought");
+        assert_eq!(d.table(), theirs, "followed");
+        // After the pause (30 s), rounds write again, from their table.
+        d.round(Duration::from_secs(31)).unwrap();
+        assert_eq!(nic.borrow().writes().len(), writes + 1);
+        let ours = nic.borrow().table().to_vec();
+        let differ = ours.iter().zip(&theirs).filter(|(a, b)| a != b).count();
+        assert_eq!(differ, 4, "the churn's four moves on their table");
+
+        // Someone else again, now naming queues we were not given: left
+        // alone, longer, and not put back on exit.
+        let other = table(&[2, 3]);
+        nic.borrow_mut().set_indirection(&other).unwrap();
+        let writes = nic.borrow().writes().len();
+        d.round(Duration::from_secs(32)).unwrap();
+        d.round(Duration::from_secs(62)).unwrap();
+        assert_eq!(nic.borrow().writes().len(), writes, "a doubled pause: 60 s");
+        let mut path = d.into_datapath();
+        path.restore().unwrap();
+        assert_eq!(nic.borrow().table(), other, "theirs stays");
     }
 
     #[test]
