@@ -199,42 +199,6 @@ pub trait BusyClock {
     fn busy_ns(&mut self, cpus: &[u32], out: &mut [u64]) -> Result<(), CpuError>;
 }
 
-/// Another clock read for other CPUs: target `targets[i]` is served by
-/// `cpus[i]` (hardware mode: a receive queue and the CPU its interrupt goes
-/// to).
-#[derive(Debug)]
-pub struct ServingCpus<B> {
-    inner: B,
-    targets: Vec<u32>,
-    cpus: Vec<u32>,
-}
-
-impl<B: BusyClock> ServingCpus<B> {
-    /// `inner` read for `cpus[i]` when asked for `targets[i]`.
-    pub fn new(inner: B, targets: Vec<u32>, cpus: Vec<u32>) -> Self {
-        Self {
-            inner,
-            targets,
-            cpus,
-        }
-    }
-}
-
-impl<B: BusyClock> BusyClock for ServingCpus<B> {
-    fn busy_ns(&mut self, targets: &[u32], out: &mut [u64]) -> Result<(), CpuError> {
-        let cpus: Vec<u32> = targets
-            .iter()
-            .map(|t| {
-                self.targets
-                    .iter()
-                    .position(|x| x == t)
-                    .map_or(*t, |i| self.cpus[i])
-            })
-            .collect();
-        self.inner.busy_ns(&cpus, out)
-    }
-}
-
 impl<T: BusyClock + ?Sized> BusyClock for Box<T> {
     fn busy_ns(&mut self, cpus: &[u32], out: &mut [u64]) -> Result<(), CpuError> {
         (**self).busy_ns(cpus, out)
@@ -412,30 +376,6 @@ impl BusyClock for CpumapThreads {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Busy time = 1000 × CPU number.
-    struct ByNumber;
-
-    impl BusyClock for ByNumber {
-        fn busy_ns(&mut self, cpus: &[u32], out: &mut [u64]) -> Result<(), CpuError> {
-            for (o, &c) in out.iter_mut().zip(cpus) {
-                *o = 1000 * u64::from(c);
-            }
-            Ok(())
-        }
-    }
-
-    #[test]
-    fn a_queue_is_as_busy_as_the_cpu_serving_it() {
-        let mut clock = ServingCpus::new(ByNumber, vec![0, 1, 2], vec![5, 3, 3]);
-        let mut out = [0; 3];
-        clock.busy_ns(&[0, 1, 2], &mut out).unwrap();
-        assert_eq!(out, [5000, 3000, 3000]);
-        // A target it was not told of is its own CPU.
-        let mut one = [0; 1];
-        clock.busy_ns(&[7], &mut one).unwrap();
-        assert_eq!(one, [7000]);
-    }
 
     #[test]
     fn lists_parse_and_print_the_kernel_way() {

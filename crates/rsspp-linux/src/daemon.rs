@@ -53,6 +53,13 @@ pub trait DataPath {
         Ok(None)
     }
 
+    /// The CPU whose busy time is each target's load, in the order of the
+    /// targets (hardware mode: the CPU serving each receive queue, which may
+    /// change with the queues); `None` (the default): the targets are CPUs.
+    fn serving_cpus(&self) -> Option<Vec<u32>> {
+        None
+    }
+
     /// Frames dropped per target since the start because its queue was
     /// full (the targets of the daemon, in that order). None by default.
     fn target_drops(&mut self, out: &mut [u64]) -> Result<(), Self::Error> {
@@ -91,6 +98,10 @@ pub enum DaemonError<E> {
     /// The table could not be written; the previous one is still in use.
     #[error("writing the indirection table: {0}")]
     Table(#[source] E),
+    /// The data path cannot go on (the queues it balances over are gone,
+    /// its maps cannot be read).
+    #[error("{0}")]
+    DataPath(#[source] E),
     /// The CPUs' busy time could not be read.
     #[error(transparent)]
     Busy(#[from] CpuError),
@@ -339,7 +350,10 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
             .target_drops(&mut last_drops)
             .map_err(DaemonError::Counters)?;
         let mut last_busy = vec![0; n];
-        clock.busy_ns(&config.targets, &mut last_busy)?;
+        let cpus = datapath
+            .serving_cpus()
+            .unwrap_or_else(|| config.targets.clone());
+        clock.busy_ns(&cpus, &mut last_busy)?;
         let interval = config.control.interval;
         let config_seed = config.churn_seed;
         Ok(Self {
@@ -516,8 +530,12 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
             .target_drops(&mut drops)
             .map_err(DaemonError::Counters)?;
         let mut busy = vec![0; n];
-        self.clock.busy_ns(&self.config.targets, &mut busy)?;
-        self.settlement = self.datapath.settle(now).map_err(DaemonError::Table)?;
+        let cpus = self
+            .datapath
+            .serving_cpus()
+            .unwrap_or_else(|| self.config.targets.clone());
+        self.clock.busy_ns(&cpus, &mut busy)?;
+        self.settlement = self.datapath.settle(now).map_err(DaemonError::DataPath)?;
         if let Some(table) = self.settlement.foreign_table.take() {
             self.follow_foreign_table(now, &table);
         }

@@ -239,6 +239,10 @@ pub struct HardwarePath<N: RssDevice> {
     last_written: Option<Vec<u32>>,
     /// Someone else's table last reported (each is reported once).
     foreign: Option<Vec<u32>>,
+    /// The NIC's receive queues, as last seen.
+    rx_queues: u32,
+    /// Read the serving CPUs again when the queues change (set with them).
+    follow_queues: bool,
 }
 
 impl<N: RssDevice> HardwarePath<N> {
@@ -260,6 +264,7 @@ impl<N: RssDevice> HardwarePath<N> {
         original: Vec<u32>,
     ) -> Result<Self, HardwareError> {
         Self::check_queues(&mut nic, &queues)?;
+        let rx_queues = nic.rx_queues()?;
         let per_cpu = vec![0; xdp.possible_cpus()];
         Ok(Self {
             xdp,
@@ -273,6 +278,8 @@ impl<N: RssDevice> HardwarePath<N> {
             restore_always: false,
             last_written: None,
             foreign: None,
+            rx_queues,
+            follow_queues: false,
         })
     }
 
@@ -321,10 +328,13 @@ impl<N: RssDevice> HardwarePath<N> {
     }
 
     /// The CPU serving each queue, in the order of the queues (default:
-    /// queue q on CPU q): a queue's packets are the ones counted there.
+    /// queue q on CPU q): a queue's packets are the ones counted there, and
+    /// its load is that CPU's. Read again from the queues' interrupts
+    /// ([`crate::queues`]) when the number of queues changes.
     pub fn set_serving_cpus(&mut self, cpus: Vec<u32>) {
         assert_eq!(cpus.len(), self.queues.len(), "one CPU a queue");
         self.cpus = cpus;
+        self.follow_queues = true;
     }
 
     /// Puts the original back when the path ends even if the daemon never
@@ -376,7 +386,27 @@ impl<N: RssDevice> DataPath for HardwarePath<N> {
         Ok(())
     }
 
+    fn serving_cpus(&self) -> Option<Vec<u32>> {
+        Some(self.cpus.clone())
+    }
+
     fn settle(&mut self, _now: std::time::Duration) -> Result<Settlement, HardwareError> {
+        // A channel change (`ethtool -L`): the queues and their interrupts
+        // are new, so are the CPUs serving them.
+        let rx = self.nic.rx_queues()?;
+        if rx != self.rx_queues {
+            tracing::info!(iface = %self.nic.name(), before = self.rx_queues, now = rx, "the number of receive queues changed: reading which CPU serves each again");
+            self.rx_queues = rx;
+            Self::check_queues(&mut self.nic, &self.queues)?;
+            if self.follow_queues {
+                let served = crate::queues::queue_cpus(self.nic.name(), rx);
+                self.cpus = self
+                    .queues
+                    .iter()
+                    .map(|&q| served.get(q as usize).map_or(q, |s| s.cpu()))
+                    .collect();
+            }
+        }
         // Re-read each round: a table that is not the one written is
         // someone else's.
         let Some(ours) = &self.last_written else {
@@ -601,6 +631,57 @@ mod tests {
         let mut path = d.into_datapath();
         path.restore().unwrap();
         assert_eq!(nic.borrow().table(), other, "theirs stays");
+    }
+
+    /// Records the CPUs it is asked about.
+    struct Asked(std::rc::Rc<std::cell::RefCell<Vec<u32>>>);
+
+    impl BusyClock for Asked {
+        fn busy_ns(&mut self, cpus: &[u32], out: &mut [u64]) -> Result<(), CpuError> {
+            *self.0.borrow_mut() = cpus.to_vec();
+            out.fill(0);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_queues_load_is_its_serving_cpus_and_follows_a_channel_change() {
+        let Some(xdp) = counter() else { return };
+        let nic = std::rc::Rc::new(std::cell::RefCell::new(FakeNic::new("fake0", N, 4)));
+        let mut path = HardwarePath::new(xdp, Shared(nic.clone()), vec![2, 3]).unwrap();
+        path.set_serving_cpus(vec![1, 0]);
+        let asked = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let config = DaemonConfig {
+            targets: vec![2, 3],
+            reta_size: N,
+            control: ControlConfig::default(),
+            balance: true,
+            load: LoadModel::ByPackets,
+            churn: 0,
+            churn_seed: 1,
+        };
+        let mut d = Daemon::start(config, path, Asked(asked.clone()), Duration::ZERO).unwrap();
+        assert_eq!(*asked.borrow(), vec![1, 0], "queue 2 on CPU 1, 3 on CPU 0");
+        d.round(Duration::from_millis(100)).unwrap();
+        assert_eq!(*asked.borrow(), vec![1, 0]);
+        // `ethtool -L`: eight queues now; the fake NIC has no interrupts,
+        // so each queue is taken to be on the CPU of its number.
+        nic.borrow_mut().set_rx_queues(8);
+        d.round(Duration::from_millis(200)).unwrap();
+        // Seen by that round; its busy time was read before.
+        d.round(Duration::from_millis(250)).unwrap();
+        assert_eq!(*asked.borrow(), vec![2, 3]);
+        // Down to two: the queues balanced over are gone, and the round
+        // says so.
+        nic.borrow_mut().set_rx_queues(2);
+        let e = d.round(Duration::from_millis(350)).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                DaemonError::DataPath(HardwareError::NoQueue { queue: 2, .. })
+            ),
+            "{e}"
+        );
     }
 
     #[test]

@@ -36,7 +36,7 @@ use rsspp_core::toeplitz::KeyError;
 use rsspp_core::{ControlConfig, RssKey};
 use tracing::{info, warn};
 
-use crate::cpu::{BusyClock, CpumapThreads, ProcStat, ServingCpus};
+use crate::cpu::{BusyClock, CpumapThreads, ProcStat};
 use crate::daemon::{Daemon, DaemonConfig, DaemonError, DataPath, LoadModel, Round};
 use crate::datapath::{HardwareError, HardwarePath, SoftwarePath};
 use crate::ethtool::{Ethtool, EthtoolError, RssDevice};
@@ -761,9 +761,9 @@ fn start_hardware(
         })
         .collect();
     info!(iface = %iface, "receive queue -> serving CPU: {} (from the queues' interrupts; `rsspp nic show` tells more)", pairs.join(", "));
-    path.set_serving_cpus(cpus.clone());
-    let daemon = config.daemon(targets.clone(), size);
-    let clock: Clock = Box::new(ServingCpus::new(ProcStat::default(), targets, cpus));
+    path.set_serving_cpus(cpus);
+    let daemon = config.daemon(targets, size);
+    let clock: Clock = Box::<ProcStat>::default();
     Ok(Daemon::start(daemon, path, clock, started.elapsed())?)
 }
 
