@@ -36,11 +36,16 @@ pub struct DaemonCost {
     pub rounds: usize,
     /// Buckets moved over those rounds.
     pub moves: u64,
-    /// Mean CPU time of a round.
+    /// Median CPU time of a round: the steady state, once balanced.
     pub per_round: Duration,
-    /// Of which the control loop (rebalancer), wall time.
+    /// The most expensive round (the first, which moves the most).
+    pub worst_round: Duration,
+    /// Mean CPU time of a round over the run, the first rounds included.
+    pub mean_round: Duration,
+    /// Median time of the control loop (rebalancer) in a round, wall time.
     pub per_solve: Duration,
-    /// The daemon's share of one CPU at 10 rounds a second, percent.
+    /// The daemon's share of one CPU at 10 rounds a second in the steady
+    /// state (median round), percent.
     pub percent_at_10hz: f64,
     /// Bytes of one `/metrics` answer, per-bucket series included or not.
     pub scrape_bytes: usize,
@@ -140,7 +145,7 @@ pub fn measure(
     let shared = SharedMetrics::new(MetricsSnapshot::new("lo", "software"));
     let mut now = Duration::ZERO;
     let (mut round_cpu, mut solve, mut scrape_cpu, mut scrape_bytes, mut moves) =
-        (Duration::ZERO, Duration::ZERO, Duration::ZERO, 0, 0);
+        (Vec::new(), Vec::new(), Duration::ZERO, 0, 0);
     let mut rng = rsspp_core::rand::SplitMix64::new(7);
     let mut buckets = vec![0u64; reta_size];
     let mut per_cpu = vec![0u64; possible];
@@ -169,21 +174,29 @@ pub fn measure(
             Duration::ZERO,
             bucket_metrics,
         );
-        round_cpu += thread_cpu() - t0;
+        round_cpu.push(thread_cpu() - t0);
         moves += round.moves.len() as u64;
-        solve += round.solve;
+        solve.push(round.solve);
         let t1 = thread_cpu();
         let text = render(&shared.snapshot());
         scrape_cpu += thread_cpu() - t1;
         scrape_bytes = text.len();
     }
-    let per_round = round_cpu / rounds.max(1) as u32;
+    let mean_round = round_cpu.iter().sum::<Duration>() / rounds.max(1) as u32;
+    let worst_round = round_cpu.iter().copied().max().unwrap_or_default();
+    let median = |mut v: Vec<Duration>| {
+        v.sort_unstable();
+        v.get(v.len() / 2).copied().unwrap_or_default()
+    };
+    let per_round = median(round_cpu);
     Ok(DaemonCost {
         reta_size,
         rounds,
         moves,
         per_round,
-        per_solve: solve / rounds.max(1) as u32,
+        worst_round,
+        mean_round,
+        per_solve: median(solve),
         percent_at_10hz: per_round.as_secs_f64() * 10.0 * 100.0,
         scrape_bytes,
         per_scrape: scrape_cpu / rounds.max(1) as u32,

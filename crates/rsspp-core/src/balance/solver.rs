@@ -338,7 +338,15 @@ fn descend(states: &mut [CoreState], load: &[f64], level: f64, params: SolverPar
                     }
                     let (ls, ld) = (states[s].load, states[d].load);
                     let gap = ls - ld;
-                    if gap <= 0.0 {
+                    // A swap shifts at most the source's heaviest bucket, and
+                    // gains most at half the gap: when even that is not
+                    // worth two moves, skip the O(k log k) search. That is
+                    // the usual last step of a descent over many small
+                    // buckets, near the level and out of useful moves.
+                    let heaviest = states[s].keys.last().map_or(0.0, |&k| load[bucket_of(k)]);
+                    if gap <= 0.0
+                        || gain(gap, heaviest.min(gap / 2.0)) <= 2.0 * params.migration_cost
+                    {
                         continue;
                     }
                     let ideal = ideal_shift(ls, ld, level);

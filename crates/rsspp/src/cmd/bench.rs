@@ -238,6 +238,8 @@ struct DaemonRow {
     rounds: usize,
     moves: u64,
     round_us: f64,
+    worst_round_us: f64,
+    mean_round_us: f64,
     rebalance_us: f64,
     cpu_percent_at_10hz: f64,
     scrape_bytes: usize,
@@ -280,6 +282,8 @@ fn run_daemon(args: &BenchDaemonArgs) -> Result<(), CliError> {
             rounds: c.rounds,
             moves: c.moves,
             round_us: c.per_round.as_secs_f64() * 1e6,
+            worst_round_us: c.worst_round.as_secs_f64() * 1e6,
+            mean_round_us: c.mean_round.as_secs_f64() * 1e6,
             rebalance_us: c.per_solve.as_secs_f64() * 1e6,
             cpu_percent_at_10hz: c.percent_at_10hz,
             scrape_bytes: c.scrape_bytes,
@@ -291,23 +295,27 @@ fn run_daemon(args: &BenchDaemonArgs) -> Result<(), CliError> {
     } else {
         let mut t = format!(
             "The daemon's rounds ({} rounds a size, {} packets/s of skewed traffic; CPU time of the round's thread)\n\
-             buckets  moves  round µs  rebalance µs  CPU % at 10 Hz  scrape bytes  scrape µs\n",
+             buckets  moves  round µs  rebalance µs  CPU % at 10 Hz  worst µs   mean µs  scrape bytes  scrape µs\n",
             args.rounds, args.pps
         );
         for r in &rows {
             t += &format!(
-                "{:>7} {:>6} {:>9.1} {:>13.1} {:>15.3} {:>13} {:>10.1}\n",
+                "{:>7} {:>6} {:>9.1} {:>13.1} {:>15.3} {:>9.0} {:>9.1} {:>13} {:>10.1}\n",
                 r.reta_size,
                 r.moves,
                 r.round_us,
                 r.rebalance_us,
                 r.cpu_percent_at_10hz,
+                r.worst_round_us,
+                r.mean_round_us,
                 r.scrape_bytes,
                 r.scrape_us
             );
         }
         t += "A round: read the counters, the CPUMAP threads' busy time, rebalance, write the\n\
-              moved buckets, fill the metrics; a scrape renders /metrics (per scrape, not per round).\n";
+              moved buckets, fill the metrics. Round, rebalance and CPU %: the median round (the\n\
+              steady state); worst: the costliest (the first, which moves the most); mean: over\n\
+              the run. A scrape renders /metrics (per scrape, not per round).\n";
         t
     };
     std::io::stdout()
