@@ -71,12 +71,12 @@ fn once_prints_the_heatmap_rows_and_the_table_without_escapes() {
     );
     assert!(text.contains("imbalance 150%"), "{text}");
     // Two samples: one heat column each, block height = load; the counters
-    // did not move between them, so 0 packets/s.
+    // did not move between them, so 0 packets/s and 0 drops/s.
     for row in [
-        "cpu 0 │██│  100%          0       16",
-        "cpu 1 │  │    0%          0       15",
-        "cpu 2 │▄▄│   50%          0       16",
-        "cpu 3 │▂▂│   25%          0       17",
+        "cpu 0 │██│  100%          0        0       16",
+        "cpu 1 │  │    0%          0        0       15",
+        "cpu 2 │▄▄│   50%          0        0       16",
+        "cpu 3 │▂▂│   25%          0        0       17",
     ] {
         assert!(text.contains(row), "no row {row:?} in:\n{text}");
     }

@@ -329,10 +329,11 @@ pub fn draw(history: &History, view: &View<'_>) -> Frame {
     lines.push(heading);
     let mut header = Line::default();
     header.text(format!(
-        "{:w$}{:>6} {:>10} {:>8}",
+        "{:w$}{:>6} {:>10} {:>8} {:>8}",
         "",
         "load",
         "pkt/s",
+        "drop/s",
         "buckets",
         w = label_w + 2 + heat_w
     ));
@@ -373,8 +374,27 @@ pub fn draw(history: &History, view: &View<'_>) -> Frame {
         let r = delta
             .and_then(|d| d.rate(cpu.cpu))
             .map_or("-".to_string(), rate);
-        let buckets = latest.table.iter().filter(|&&c| c == cpu.cpu).count();
-        row.text(format!(" {r:>10} {buckets:>8}"));
+        let drops = delta
+            .and_then(|d| d.drop_rate(cpu.cpu))
+            .map_or("-".to_string(), rate);
+        // No table when the daemon exports no per-bucket series.
+        let buckets = if latest.table.is_empty() {
+            "-".to_string()
+        } else {
+            latest
+                .table
+                .iter()
+                .filter(|&&c| c == cpu.cpu)
+                .count()
+                .to_string()
+        };
+        row.text(format!(" {r:>10} "));
+        if drops != "-" && drops != "0" {
+            row.push(format!("{drops:>8}"), Style::BOLD);
+        } else {
+            row.text(format!("{drops:>8}"));
+        }
+        row.text(format!(" {buckets:>8}"));
         cpu_rows.push(row);
     }
     let mut axis = Line::default();
@@ -411,7 +431,10 @@ pub fn draw(history: &History, view: &View<'_>) -> Frame {
     };
     let mut table_lines = Vec::new();
     let mut heading = Line::default();
-    heading.push(
+    let title = if table.is_empty() {
+        "Indirection table: not exported (per-bucket metrics off: rsspp run --bucket-metrics on)"
+            .to_string()
+    } else {
         format!(
             "Indirection table: {} buckets, each showing its CPU{}",
             table.len(),
@@ -420,9 +443,9 @@ pub fn draw(history: &History, view: &View<'_>) -> Frame {
             } else {
                 " (* moved in the last sample)"
             }
-        ),
-        Style::BOLD,
-    );
+        )
+    };
+    heading.push(title, Style::BOLD);
     table_lines.push(heading);
     for (r, chunk) in table.chunks(per_row).enumerate() {
         let mut row = Line::default();
@@ -525,6 +548,7 @@ mod tests {
                     cpu,
                     load,
                     packets_total,
+                    dropped_total: None,
                 })
                 .collect(),
             table: table.to_vec(),
@@ -565,16 +589,35 @@ mod tests {
         let text = draw(&history(), &view(None, false)).plain();
         assert!(!text.contains('\x1b'), "escapes in plain output:\n{text}");
         assert!(
-            text.contains("cpu 0 │ ▄│   50%       2.0k        3"),
+            text.contains("cpu 0 │ ▄│   50%       2.0k        -        3"),
             "{text}"
         );
         assert!(
-            text.contains("cpu 1 │██│  100%       5.0k        1"),
+            text.contains("cpu 1 │██│  100%       5.0k        -        1"),
             "{text}"
         );
         // Bucket 3 moved from CPU 1 to CPU 0.
         assert!(text.contains("    0 0 1 0 0*"), "{text}");
         assert!(text.contains("imbalance 25%"), "{text}");
+    }
+
+    #[test]
+    fn drops_per_second_and_a_missing_table_are_shown() {
+        let t0 = Instant::now();
+        let mut h = History::new(10);
+        let mut a = sample(&[(0, 0.9, 0), (1, 0.2, 0)], &[]);
+        a.cpus[0].dropped_total = Some(100);
+        a.cpus[1].dropped_total = Some(0);
+        let mut b = sample(&[(0, 1.0, 9000), (1, 0.2, 1000)], &[]);
+        b.cpus[0].dropped_total = Some(1600);
+        b.cpus[1].dropped_total = Some(0);
+        h.push(t0, a);
+        h.push(t0 + Duration::from_secs(2), b);
+        let text = draw(&h, &view(None, false)).plain();
+        // 1,500 dropped in 2 s on CPU 0; no per-bucket series: no count.
+        assert!(text.contains("   4.5k      750        -"), "{text}");
+        assert!(text.contains("    500        0        -"), "{text}");
+        assert!(text.contains("Indirection table: not exported"), "{text}");
     }
 
     #[test]

@@ -28,6 +28,9 @@ pub struct Delta {
     /// Packets per second of each CPU, `None` where its counter went back
     /// (the daemon restarted) or the CPU is new.
     pub cpu_rates: Vec<(u32, Option<f64>)>,
+    /// Frames dropped per second on their way to each CPU, `None` where
+    /// unknown (not exported, a restart, a new CPU).
+    pub drop_rates: Vec<(u32, Option<f64>)>,
     /// Buckets moved (by the daemon's count).
     pub migrations: u64,
     /// Rounds run.
@@ -42,6 +45,14 @@ impl Delta {
     /// Packets per second of `cpu`.
     pub fn rate(&self, cpu: u32) -> Option<f64> {
         self.cpu_rates
+            .iter()
+            .find(|(c, _)| *c == cpu)
+            .and_then(|&(_, r)| r)
+    }
+
+    /// Frames dropped per second on their way to `cpu`.
+    pub fn drop_rate(&self, cpu: u32) -> Option<f64> {
+        self.drop_rates
             .iter()
             .find(|(c, _)| *c == cpu)
             .and_then(|&(_, r)| r)
@@ -124,6 +135,20 @@ fn delta(seconds: f64, before: &DaemonSample, now: &DaemonSample) -> Delta {
             (c.cpu, rate)
         })
         .collect();
+    let drop_rates = now
+        .cpus
+        .iter()
+        .map(|c| {
+            let rate = before
+                .cpus
+                .iter()
+                .find(|b| b.cpu == c.cpu)
+                .and_then(|b| grew(b.dropped_total?, c.dropped_total?))
+                .filter(|_| seconds > 0.0)
+                .map(|d| d as f64 / seconds);
+            (c.cpu, rate)
+        })
+        .collect();
     let rounds = grew(before.rounds, now.rounds).unwrap_or(0);
     let timed = grew(before.rebalance_seconds_count, now.rebalance_seconds_count).unwrap_or(0);
     let mean_round_seconds = (timed > 0)
@@ -138,6 +163,7 @@ fn delta(seconds: f64, before: &DaemonSample, now: &DaemonSample) -> Delta {
     Delta {
         seconds,
         cpu_rates,
+        drop_rates,
         migrations: grew(before.migrations, now.migrations).unwrap_or(0),
         rounds,
         mean_round_seconds,
@@ -162,6 +188,7 @@ mod tests {
                     cpu,
                     load: packets_total as f64 / 1000.0,
                     packets_total,
+                    dropped_total: None,
                 })
                 .collect(),
             table: table.to_vec(),

@@ -199,6 +199,9 @@ pub struct CpuSample {
     pub load: f64,
     /// Packets steered to or counted on it since the daemon started.
     pub packets_total: u64,
+    /// Frames dropped on their way to it since the daemon started (its
+    /// queue full), if the daemon exports them.
+    pub dropped_total: Option<u64>,
 }
 
 /// What one scrape of the daemon says.
@@ -274,6 +277,7 @@ impl DaemonSample {
         };
         let mut loads: Vec<(u32, f64)> = Vec::new();
         let mut packets: HashMap<u32, u64> = HashMap::new();
+        let mut dropped: HashMap<u32, u64> = HashMap::new();
         let mut table: Vec<Option<u32>> = Vec::new();
         let mut bucket_packets: Vec<Option<u64>> = Vec::new();
         let mut seen_imbalance = false;
@@ -294,6 +298,12 @@ impl DaemonSample {
                 names::CPU_PACKETS_TOTAL => {
                     let cpu = index_label(&series, "cpu").map_err(|e| at(n, e))?;
                     packets.insert(cpu, whole(v, series.name).map_err(|e| at(n, e))?);
+                }
+                names::DROPPED_PACKETS_TOTAL => {
+                    // Summed over the reasons.
+                    let cpu = index_label(&series, "cpu").map_err(|e| at(n, e))?;
+                    *dropped.entry(cpu).or_insert(0) +=
+                        whole(v, series.name).map_err(|e| at(n, e))?;
                 }
                 names::BUCKET_CPU => {
                     let b = index_label(&series, "bucket").map_err(|e| at(n, e))?;
@@ -340,6 +350,7 @@ impl DaemonSample {
                 cpu,
                 load,
                 packets_total: packets.get(&cpu).copied().unwrap_or(0),
+                dropped_total: dropped.get(&cpu).copied(),
             })
             .collect();
         s.table = collect_buckets(table, names::BUCKET_CPU)?;
@@ -408,7 +419,7 @@ mod tests {
                 cpu,
                 load,
                 packets_total,
-                cpumap_full_total: 0,
+                cpumap_full_total: packets_total / 100,
             })
             .collect();
         s.buckets = (0..16u32)
@@ -438,6 +449,8 @@ mod tests {
             .map(|c| (c.cpu, c.load, c.packets_total))
             .collect();
         assert_eq!(cpus, vec![(2, 0.5, 100), (5, 1.0, 3000), (11, 0.0, 0)]);
+        let drops: Vec<Option<u64>> = back.cpus.iter().map(|c| c.dropped_total).collect();
+        assert_eq!(drops, vec![Some(1), Some(30), Some(0)]);
         let table: Vec<u32> = snap.buckets.iter().map(|b| b.cpu).collect();
         let packets: Vec<u64> = snap.buckets.iter().map(|b| b.packets_total).collect();
         assert_eq!(back.table, table);
