@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use super::scrape::DaemonSample;
+use super::scrape::{CpuSample, DaemonSample};
 
 /// Per-CPU loads of one sample, in the daemon's CPU order.
 #[derive(Debug, Clone, PartialEq)]
@@ -120,35 +120,32 @@ fn grew(before: u64, now: u64) -> Option<u64> {
     now.checked_sub(before)
 }
 
+/// Per second of a per-CPU counter (`counter` of a CPU's sample) between
+/// two samples; `None` where it is unknown, went back or the CPU is new.
+fn per_cpu_rates(
+    seconds: f64,
+    before: &DaemonSample,
+    now: &DaemonSample,
+    counter: impl Fn(&CpuSample) -> Option<u64>,
+) -> Vec<(u32, Option<f64>)> {
+    now.cpus
+        .iter()
+        .map(|c| {
+            let rate = before
+                .cpus
+                .iter()
+                .find(|b| b.cpu == c.cpu)
+                .and_then(|b| grew(counter(b)?, counter(c)?))
+                .filter(|_| seconds > 0.0)
+                .map(|d| d as f64 / seconds);
+            (c.cpu, rate)
+        })
+        .collect()
+}
+
 fn delta(seconds: f64, before: &DaemonSample, now: &DaemonSample) -> Delta {
-    let cpu_rates = now
-        .cpus
-        .iter()
-        .map(|c| {
-            let rate = before
-                .cpus
-                .iter()
-                .find(|b| b.cpu == c.cpu)
-                .and_then(|b| grew(b.packets_total, c.packets_total))
-                .filter(|_| seconds > 0.0)
-                .map(|d| d as f64 / seconds);
-            (c.cpu, rate)
-        })
-        .collect();
-    let drop_rates = now
-        .cpus
-        .iter()
-        .map(|c| {
-            let rate = before
-                .cpus
-                .iter()
-                .find(|b| b.cpu == c.cpu)
-                .and_then(|b| grew(b.dropped_total?, c.dropped_total?))
-                .filter(|_| seconds > 0.0)
-                .map(|d| d as f64 / seconds);
-            (c.cpu, rate)
-        })
-        .collect();
+    let cpu_rates = per_cpu_rates(seconds, before, now, |c| Some(c.packets_total));
+    let drop_rates = per_cpu_rates(seconds, before, now, |c| c.dropped_total);
     let rounds = grew(before.rounds, now.rounds).unwrap_or(0);
     let timed = grew(before.rebalance_seconds_count, now.rebalance_seconds_count).unwrap_or(0);
     let mean_round_seconds = (timed > 0)
