@@ -717,6 +717,8 @@ mod tests {
         refuse: bool,
         /// Nanoseconds a packet costs each target.
         ns_per_packet: Vec<f64>,
+        /// Packets each target had no time for (its queue overflowed).
+        dropped: Vec<f64>,
     }
 
     impl FakeMachine {
@@ -732,6 +734,7 @@ mod tests {
                 writes: 0,
                 refuse: false,
                 ns_per_packet: vec![1_000.0; targets.len()],
+                dropped: vec![0.0; targets.len()],
             }))
         }
 
@@ -753,7 +756,9 @@ mod tests {
             for (i, d) in demand.into_iter().enumerate() {
                 let cost = self.ns_per_packet[i];
                 self.per_target[i] += d;
-                self.busy_ns[i] += d.min(dt * 1e9 / cost) * cost;
+                let capacity = dt * 1e9 / cost;
+                self.busy_ns[i] += d.min(capacity) * cost;
+                self.dropped[i] += (d - capacity).max(0.0);
             }
         }
     }
@@ -779,6 +784,13 @@ mod tests {
         fn target_packets(&mut self, out: &mut [u64]) -> Result<(), Busy> {
             for (o, &t) in out.iter_mut().zip(&self.0.borrow().per_target) {
                 *o = t as u64;
+            }
+            Ok(())
+        }
+
+        fn target_drops(&mut self, out: &mut [u64]) -> Result<(), Busy> {
+            for (o, &d) in out.iter_mut().zip(&self.0.borrow().dropped) {
+                *o = d as u64;
             }
             Ok(())
         }
@@ -895,6 +907,31 @@ mod tests {
         assert_eq!(m.borrow().table, d.table());
         let moved: Vec<usize> = rounds.iter().map(|r| r.moves.len()).collect();
         assert!(rounds[3..].iter().all(|r| r.moves.is_empty()), "{moved:?}");
+    }
+
+    #[test]
+    fn a_target_whose_queue_overflows_counts_as_saturated() {
+        // 600 kpps on each target; target 0's packets cost 2 µs (room for
+        // 500 kpps: it drops), target 1's 0.5 µs. Shared by packets, the
+        // busy time (1.0 + 0.3) gives each 0.65: target 0 would look fine.
+        // Its drops say it is saturated.
+        let pps = vec![600_000.0 / 64.0; 128];
+        let m = FakeMachine::new(&[0, 1], pps.clone());
+        m.borrow_mut().ns_per_packet = vec![2_000.0, 500.0];
+        let mut d = start_with(&m, false, LoadModel::ByPackets).unwrap();
+        let r = step(&mut d, &m).unwrap();
+        assert!(r.drops[0] > 5_000 && r.drops[1] == 0, "{:?}", r.drops);
+        assert_eq!(r.load[0], 1.0, "{:?}", r.load);
+        assert!((r.load[1] - 0.65).abs() < 0.02, "{:?}", r.load);
+        assert_eq!(d.target_drops()[0], r.drops[0]);
+
+        // Within its capacity: no drops, the shared load as it is.
+        let m = FakeMachine::new(&[0, 1], vec![400_000.0 / 64.0; 128]);
+        m.borrow_mut().ns_per_packet = vec![2_000.0, 500.0];
+        let mut d = start_with(&m, false, LoadModel::ByPackets).unwrap();
+        let r = step(&mut d, &m).unwrap();
+        assert_eq!(r.drops, vec![0, 0]);
+        assert!((r.load[0] - 0.5).abs() < 0.02, "{:?}", r.load);
     }
 
     #[test]
