@@ -684,6 +684,115 @@ mod tests {
         );
     }
 
+    /// Ethernet, IPv4 10.0.0.1 -> 10.0.0.2, UDP `sport` -> 53.
+    fn udp_frame(sport: u16) -> Vec<u8> {
+        let mut f = vec![0u8; 42];
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        f[14] = 0x45;
+        f[23] = 17;
+        f[26..34].copy_from_slice(&[10, 0, 0, 1, 10, 0, 0, 2]);
+        f[34..36].copy_from_slice(&sport.to_be_bytes());
+        f[36..38].copy_from_slice(&53u16.to_be_bytes());
+        f
+    }
+
+    #[test]
+    fn handoffs_that_never_drain_are_completed_after_the_timeout() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipping: loading XDP programs needs root (CI runs as root)");
+            return;
+        }
+        let online = crate::cpu::CpuList::online().unwrap();
+        if online.len() < 2 {
+            eprintln!("skipping: a move needs two CPUs");
+            return;
+        }
+        let cpus = online.cpus()[..2].to_vec();
+        let mut opts = XdpOptions::new("lo");
+        opts.reta_size = N;
+        opts.default_cpu = cpus[0];
+        let xdp = Xdp::load(
+            &opts,
+            Program::Steer {
+                cpus: cpus.clone(),
+                cpumap_queue: 16,
+                ordered_moves: true,
+            },
+        )
+        .unwrap();
+        // Loaded, not attached: nothing is ever dequeued here.
+        let path = SoftwarePath::new(xdp, cpus.clone(), Some(Duration::from_millis(500)));
+        let config = DaemonConfig {
+            targets: cpus,
+            reta_size: N,
+            control: ControlConfig::default(),
+            balance: false,
+            load: LoadModel::ByPackets,
+            churn: 3,
+            churn_seed: 7,
+        };
+        let mut d = Daemon::start(config, path, Idle, Duration::ZERO).unwrap();
+        let ms = Duration::from_millis;
+        let first: Vec<usize> = d
+            .round(ms(100))
+            .unwrap()
+            .moves
+            .iter()
+            .map(|m| m.bucket)
+            .collect();
+        assert_eq!(first.len(), 3);
+        let entries = d.datapath_mut().xdp().entries(&first).unwrap();
+        assert!(entries.iter().all(|e| e.next.is_some()), "{entries:?}");
+        // A frame of the first moved bucket goes to its old CPU, stamped,
+        // and is never dequeued.
+        let toeplitz = rsspp_core::Toeplitz::default();
+        let sport = (1024u16..)
+            .find(|&p| {
+                let h = toeplitz.hash_ipv4([10, 0, 0, 1], [10, 0, 0, 2], p, 53);
+                rsspp_core::bucket_of(h, N) == first[0]
+            })
+            .unwrap();
+        d.datapath_mut()
+            .xdp()
+            .test_run(&udp_frame(sport), 1)
+            .unwrap();
+        let state = d.datapath_mut().xdp().handoff_state(first[0]).unwrap();
+        assert_eq!((state.sent, state.dequeued), (1, 0));
+        // Still in handoff: held, so the churn leaves them alone.
+        let second: Vec<usize> = d
+            .round(ms(200))
+            .unwrap()
+            .moves
+            .iter()
+            .map(|m| m.bucket)
+            .collect();
+        assert_eq!(d.settlement().held, {
+            let mut f = first.clone();
+            f.sort_unstable();
+            f
+        });
+        assert!(
+            second.iter().all(|b| !first.contains(b)),
+            "{first:?} {second:?}"
+        );
+        // Past the timeout: the first three are completed, two with nothing
+        // left to drain, one with its stamped frame unaccounted for.
+        let r = d.round(ms(650)).unwrap();
+        assert_eq!(r.handoffs_pending, 3, "the second round's, not yet expired");
+        let totals = d.settlement().totals;
+        assert_eq!((totals.drained, totals.idle, totals.forced), (0, 2, 1));
+        // Settled, unless that round's churn moved them again.
+        let again: Vec<usize> = r.moves.iter().map(|m| m.bucket).collect();
+        let settled: Vec<usize> = first
+            .iter()
+            .copied()
+            .filter(|b| !again.contains(b))
+            .collect();
+        let entries = d.datapath_mut().xdp().entries(&settled).unwrap();
+        assert!(entries.iter().all(|e| e.next.is_none()), "{entries:?}");
+    }
+
     #[test]
     fn counting_only_keeps_the_nics_table_and_writes_nothing() {
         let Some(xdp) = counter() else { return };
