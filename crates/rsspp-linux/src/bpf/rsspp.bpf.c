@@ -208,10 +208,14 @@ static __always_inline __u32 handoff(struct xdp_md *ctx, __u32 *entry,
 	seq = READ_ONCE(h->enq_seq);
 	if (seq && READ_ONCE(h->deq_seq) == seq &&
 	    bpf_ktime_get_ns() - READ_ONCE(h->deq_ns) >= handoff_guard_ns) {
-		/* Drained. Whoever wins (another receiving CPU, the daemon
-		 * completing it) writes the same entry. */
-		if (__sync_val_compare_and_swap(entry, e, next) == e)
-			count(&rsspp_counters, COUNTER_HANDOFF_SWITCHED);
+		/* Drained: switch. If the entry changed meanwhile (the daemon
+		 * completed or redirected the move), follow what it says now:
+		 * its CPU, the next frame taking the handoff from there. */
+		__u32 was = __sync_val_compare_and_swap(entry, e, next);
+
+		if (was != e)
+			return was & RETA_CPU_MASK;
+		count(&rsspp_counters, COUNTER_HANDOFF_SWITCHED);
 		return next;
 	}
 	if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(struct stamp)) < 0) {
