@@ -56,7 +56,7 @@ pub trait DataPath {
     /// The CPU whose busy time is each target's load, in the order of the
     /// targets (hardware mode: the CPU serving each receive queue, which may
     /// change with the queues); `None` (the default): the targets are CPUs.
-    fn serving_cpus(&self) -> Option<Vec<u32>> {
+    fn serving_cpus(&self) -> Option<&[u32]> {
         None
     }
 
@@ -350,10 +350,8 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
             .target_drops(&mut last_drops)
             .map_err(DaemonError::Counters)?;
         let mut last_busy = vec![0; n];
-        let cpus = datapath
-            .serving_cpus()
-            .unwrap_or_else(|| config.targets.clone());
-        clock.busy_ns(&cpus, &mut last_busy)?;
+        let cpus = datapath.serving_cpus().unwrap_or(&config.targets);
+        clock.busy_ns(cpus, &mut last_busy)?;
         let interval = config.control.interval;
         let config_seed = config.churn_seed;
         Ok(Self {
@@ -530,11 +528,8 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
             .target_drops(&mut drops)
             .map_err(DaemonError::Counters)?;
         let mut busy = vec![0; n];
-        let cpus = self
-            .datapath
-            .serving_cpus()
-            .unwrap_or_else(|| self.config.targets.clone());
-        self.clock.busy_ns(&cpus, &mut busy)?;
+        let cpus = self.datapath.serving_cpus().unwrap_or(&self.config.targets);
+        self.clock.busy_ns(cpus, &mut busy)?;
         self.settlement = self.datapath.settle(now).map_err(DaemonError::DataPath)?;
         if let Some(table) = self.settlement.foreign_table.take() {
             self.follow_foreign_table(now, &table);

@@ -222,27 +222,23 @@ pub struct HardwarePath<N: RssDevice> {
     nic: N,
     queues: Vec<u32>,
     /// The CPU serving each queue of `queues` (its packets are counted
-    /// there).
+    /// there, and its load is that CPU's busy time).
     cpus: Vec<u32>,
     /// The table the NIC had before the daemon wrote its own.
     original: Vec<u32>,
     per_cpu: Vec<u64>,
-    /// Whether the daemon has written a table (nothing to put back until
-    /// then).
-    written: bool,
     /// Restored or kept: nothing left to do on drop.
     settled: bool,
     /// Put the original back even if nothing was written (it is not the
     /// table the NIC has: a crashed run's was there).
     restore_always: bool,
-    /// The table last written, to tell when someone else changes it.
+    /// The table last written (`None`: nothing to put back yet), to tell
+    /// when someone else changes it.
     last_written: Option<Vec<u32>>,
     /// Someone else's table last reported (each is reported once).
     foreign: Option<Vec<u32>>,
     /// The NIC's receive queues, as last seen.
     rx_queues: u32,
-    /// Read the serving CPUs again when the queues change (set with them).
-    follow_queues: bool,
 }
 
 impl<N: RssDevice> HardwarePath<N> {
@@ -266,21 +262,41 @@ impl<N: RssDevice> HardwarePath<N> {
         Self::check_queues(&mut nic, &queues)?;
         let rx_queues = nic.rx_queues()?;
         let per_cpu = vec![0; xdp.possible_cpus()];
-        Ok(Self {
+        let mut path = Self {
             xdp,
             nic,
             cpus: queues.clone(),
             queues,
             original,
             per_cpu,
-            written: false,
             settled: false,
             restore_always: false,
             last_written: None,
             foreign: None,
             rx_queues,
-            follow_queues: false,
-        })
+        };
+        path.read_serving_cpus();
+        Ok(path)
+    }
+
+    /// Reads which CPU serves each queue from the queues' interrupts
+    /// ([`crate::queues`]; CPU = queue number where that is not known),
+    /// and says so in one line.
+    fn read_serving_cpus(&mut self) {
+        let served = crate::queues::queue_cpus(self.nic.name(), self.rx_queues);
+        let mut pairs = Vec::with_capacity(self.queues.len());
+        self.cpus.clear();
+        for &q in &self.queues {
+            let queue = served.get(q as usize);
+            let cpu = queue.map_or(q, |s| s.cpu());
+            let assumed = queue.is_none_or(|s| s.assumed());
+            self.cpus.push(cpu);
+            pairs.push(format!(
+                "{q}->{cpu}{}",
+                if assumed { " (assumed)" } else { "" }
+            ));
+        }
+        tracing::info!(iface = %self.nic.name(), "receive queue -> serving CPU: {} (from the queues' interrupts; `rsspp nic show` tells more)", pairs.join(", "));
     }
 
     /// Checks that the NIC has every queue of `queues` (before anything
@@ -314,27 +330,24 @@ impl<N: RssDevice> HardwarePath<N> {
     /// user's and `ethtool -L` may change the queues again.
     pub fn restore(&mut self) -> Result<(), EthtoolError> {
         self.settled = true;
-        if !self.written && !self.restore_always {
-            return Ok(());
-        }
-        if let Some(ours) = &self.last_written {
-            if self.nic.rss()?.indirection != *ours {
+        match &self.last_written {
+            None if !self.restore_always => return Ok(()),
+            Some(ours) if self.nic.rss()?.indirection != *ours => {
                 // Someone else set the table last: theirs stays.
                 tracing::warn!(iface = %self.nic.name(), "left the table as someone else set it");
                 return Ok(());
             }
+            _ => {}
         }
         crate::ethtool::put_back(&mut self.nic, &self.original)
     }
 
-    /// The CPU serving each queue, in the order of the queues (default:
-    /// queue q on CPU q): a queue's packets are the ones counted there, and
-    /// its load is that CPU's. Read again from the queues' interrupts
-    /// ([`crate::queues`]) when the number of queues changes.
+    /// Sets the CPU serving each queue, in the order of the queues, in
+    /// place of what the queues' interrupts said; read from them again
+    /// when the number of queues changes.
     pub fn set_serving_cpus(&mut self, cpus: Vec<u32>) {
         assert_eq!(cpus.len(), self.queues.len(), "one CPU a queue");
         self.cpus = cpus;
-        self.follow_queues = true;
     }
 
     /// Puts the original back when the path ends even if the daemon never
@@ -380,14 +393,13 @@ impl<N: RssDevice> DataPath for HardwarePath<N> {
     fn write_table(&mut self, table: &[u32], _changed: &[usize]) -> Result<(), HardwareError> {
         // The ioctl replaces the whole table at once.
         self.nic.set_indirection(table)?;
-        self.written = true;
         self.last_written = Some(table.to_vec());
         self.foreign = None;
         Ok(())
     }
 
-    fn serving_cpus(&self) -> Option<Vec<u32>> {
-        Some(self.cpus.clone())
+    fn serving_cpus(&self) -> Option<&[u32]> {
+        Some(&self.cpus)
     }
 
     fn settle(&mut self, _now: std::time::Duration) -> Result<Settlement, HardwareError> {
@@ -398,14 +410,7 @@ impl<N: RssDevice> DataPath for HardwarePath<N> {
             tracing::info!(iface = %self.nic.name(), before = self.rx_queues, now = rx, "the number of receive queues changed: reading which CPU serves each again");
             self.rx_queues = rx;
             Self::check_queues(&mut self.nic, &self.queues)?;
-            if self.follow_queues {
-                let served = crate::queues::queue_cpus(self.nic.name(), rx);
-                self.cpus = self
-                    .queues
-                    .iter()
-                    .map(|&q| served.get(q as usize).map_or(q, |s| s.cpu()))
-                    .collect();
-            }
+            self.read_serving_cpus();
         }
         // Re-read each round: a table that is not the one written is
         // someone else's.

@@ -44,7 +44,6 @@ use crate::lifecycle::{self, Loss, SavedTable, State, Watch};
 use crate::metrics::{
     BucketMetrics, CpuMetrics, MetricsError, MetricsServer, MetricsSnapshot, SharedMetrics,
 };
-use crate::queues::queue_cpus;
 use crate::xdp::{AttachMode, Program, Xdp, XdpError, XdpOptions, DEFAULT_CPUMAP_QUEUE};
 
 /// Buckets of the software table when none is asked for.
@@ -747,21 +746,6 @@ fn start_hardware(
     if saved_by.is_some() {
         path.restore_always();
     }
-    let served = queue_cpus(iface, path.nic().rx_queues()?);
-    let cpus: Vec<u32> = targets
-        .iter()
-        .map(|&q| served.get(q as usize).map_or(q, |s| s.cpu()))
-        .collect();
-    let pairs: Vec<String> = targets
-        .iter()
-        .zip(&cpus)
-        .map(|(q, c)| {
-            let assumed = served.get(*q as usize).is_none_or(|s| s.assumed());
-            format!("{q}->{c}{}", if assumed { " (assumed)" } else { "" })
-        })
-        .collect();
-    info!(iface = %iface, "receive queue -> serving CPU: {} (from the queues' interrupts; `rsspp nic show` tells more)", pairs.join(", "));
-    path.set_serving_cpus(cpus);
     let daemon = config.daemon(targets, size);
     let clock: Clock = Box::<ProcStat>::default();
     Ok(Daemon::start(daemon, path, clock, started.elapsed())?)
