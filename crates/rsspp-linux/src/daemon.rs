@@ -282,6 +282,21 @@ fn in_targets(table: &IndirectionTable, targets: &[u32]) -> Vec<u32> {
     table.entries().iter().map(|&c| targets[c]).collect()
 }
 
+/// `table` (target numbers) in control-loop core numbers; `Err((bucket,
+/// target))` for the first bucket naming a target not in `targets`.
+fn in_cores(table: &[u32], targets: &[u32]) -> Result<Vec<usize>, (usize, u32)> {
+    table
+        .iter()
+        .enumerate()
+        .map(|(bucket, &target)| {
+            targets
+                .iter()
+                .position(|&t| t == target)
+                .ok_or((bucket, target))
+        })
+        .collect()
+}
+
 /// Counter increase, tolerating a counter that restarted from zero.
 fn delta(now: u64, before: u64) -> u64 {
     now.checked_sub(before).unwrap_or(now)
@@ -312,19 +327,13 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
         };
         let table = match current {
             Some(current) => {
-                let mut cores = Vec::with_capacity(current.len());
-                for (bucket, &target) in current.iter().enumerate() {
-                    match config.targets.iter().position(|&t| t == target) {
-                        Some(core) => cores.push(core),
-                        None => {
-                            return Err(DaemonError::TableOutsideTargets {
-                                bucket,
-                                target,
-                                targets: config.targets.clone(),
-                            })
-                        }
+                let cores = in_cores(&current, &config.targets).map_err(|(bucket, target)| {
+                    DaemonError::TableOutsideTargets {
+                        bucket,
+                        target,
+                        targets: config.targets.clone(),
                     }
-                }
+                })?;
                 IndirectionTable::from_entries(cores, n)?
             }
             None => {
@@ -473,20 +482,15 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
     /// time), saying so once.
     fn follow_foreign_table(&mut self, now: Duration, table: &[u32]) {
         let targets = &self.config.targets;
-        let cores: Option<Vec<usize>> = table
-            .iter()
-            .map(|t| targets.iter().position(|x| x == t))
-            .collect();
-        let adopted = cores
+        let adopted = in_cores(table, targets)
+            .ok()
             .filter(|c| c.len() == self.table.len())
             .and_then(|c| IndirectionTable::from_entries(c, targets.len()).ok());
         let again = self.paused_until.is_some();
-        let pause = if again {
+        if again {
             self.backoff = (self.backoff * 2).min(MAX_FOREIGN_BACKOFF);
-            self.backoff
-        } else {
-            self.backoff
-        };
+        }
+        let pause = self.backoff;
         if !again {
             tracing::warn!(
                 "someone else changed the indirection table (ethtool -X, another tool): not writing it for {} s{}",
