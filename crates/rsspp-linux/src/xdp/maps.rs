@@ -175,6 +175,7 @@ impl Xdp {
             .iter()
             .map(|&(b, cpu)| (b, Entry { cpu, next: None }))
             .collect();
+        self.check(&entries)?;
         self.write_raw(&entries)
     }
 
@@ -306,14 +307,13 @@ impl Xdp {
         Ok(())
     }
 
-    /// Checks and writes entries, in one batch.
+    /// Writes entries the caller has checked, in one batch.
     fn write_raw(&self, entries: &[(usize, Entry)]) -> Result<(), XdpError> {
         let reta = self
             .maps
             .reta
             .as_ref()
             .ok_or_else(|| self.error(XdpErrorKind::NoTable))?;
-        self.check(entries)?;
         if entries.is_empty() {
             return Ok(());
         }
@@ -389,34 +389,33 @@ impl Xdp {
                 rows.set(cpu * self.reta_size + b, 0);
             }
         }
-        for (map, counts) in [(&self.maps.cpus, cpus)] {
-            let mut keys = Vec::with_capacity(counts.len() * 4);
-            let mut values = vec![0u8; counts.len() * self.possible_cpus * 8];
-            for (i, &n) in counts.iter().enumerate() {
-                keys.extend_from_slice(&(i as u32).to_ne_bytes());
-                let at = i * self.possible_cpus * 8;
-                values[at..at + 8].copy_from_slice(&n.to_ne_bytes());
-            }
-            // libbpf-rs sizes batch values for plain maps only.
-            let opts = libbpf_sys::bpf_map_batch_opts {
-                sz: std::mem::size_of::<libbpf_sys::bpf_map_batch_opts>() as _,
-                ..Default::default()
-            };
-            let mut count = counts.len() as u32;
-            // SAFETY: `keys` holds `count` 4-byte keys and `values` `count`
-            // per-CPU values of `possible_cpus` 8-byte slots.
-            let ret = unsafe {
-                libbpf_sys::bpf_map_update_batch(
-                    map.as_fd().as_raw_fd(),
-                    keys.as_ptr().cast::<c_void>(),
-                    values.as_ptr().cast::<c_void>(),
-                    &mut count,
-                    &opts,
-                )
-            };
-            if ret < 0 {
-                return Err(self.os_error("setting the counters", -ret));
-            }
+        // The per-CPU counts of packets, through a batch update
+        // (libbpf-rs sizes batch values for plain maps only).
+        let mut keys = Vec::with_capacity(cpus.len() * 4);
+        let mut values = vec![0u8; cpus.len() * self.possible_cpus * 8];
+        for (i, &n) in cpus.iter().enumerate() {
+            keys.extend_from_slice(&(i as u32).to_ne_bytes());
+            let at = i * self.possible_cpus * 8;
+            values[at..at + 8].copy_from_slice(&n.to_ne_bytes());
+        }
+        let opts = libbpf_sys::bpf_map_batch_opts {
+            sz: std::mem::size_of::<libbpf_sys::bpf_map_batch_opts>() as _,
+            ..Default::default()
+        };
+        let mut count = cpus.len() as u32;
+        // SAFETY: `keys` holds `count` 4-byte keys and `values` `count`
+        // per-CPU values of `possible_cpus` 8-byte slots.
+        let ret = unsafe {
+            libbpf_sys::bpf_map_update_batch(
+                self.maps.cpus.as_fd().as_raw_fd(),
+                keys.as_ptr().cast::<c_void>(),
+                values.as_ptr().cast::<c_void>(),
+                &mut count,
+                &opts,
+            )
+        };
+        if ret < 0 {
+            return Err(self.os_error("setting the counters", -ret));
         }
         Ok(())
     }
