@@ -165,8 +165,7 @@ pub fn measure(
         now += interval;
         let t0 = thread_cpu();
         let round = daemon.round(now)?;
-        let other = daemon.datapath_mut().xdp().other_counts()?;
-        shared.update(|s| s.not_ip_total = other.not_ip);
+        service::publish_other_counts(&shared, daemon.datapath_mut().xdp());
         service::publish_round(
             &shared,
             &daemon,

@@ -591,20 +591,11 @@ impl Service {
 
     /// Fills the metrics from the daemon's last round.
     fn publish(&mut self, round: Option<&Round>, took: Duration) {
-        let other = match &mut self.running {
-            Running::Software(d) => d.datapath_mut().xdp().other_counts(),
-            Running::Hardware(d) => d.datapath_mut().xdp().other_counts(),
+        let xdp = match &mut self.running {
+            Running::Software(d) => d.datapath_mut().xdp(),
+            Running::Hardware(d) => d.datapath_mut().xdp(),
         };
-        // The counters that say what was not balanced: a read that fails
-        // leaves the last published values (the round itself went well).
-        match other {
-            Ok(o) => self.shared.update(|s| {
-                s.not_ip_total = o.not_ip;
-                s.malformed_total = o.malformed;
-                s.redirect_failed_total = o.redirect_failed;
-            }),
-            Err(e) => warn!("{e}"),
-        }
+        publish_other_counts(&self.shared, xdp);
         let per_bucket = self.config.bucket_metrics;
         match &self.running {
             Running::Software(d) => publish_round(&self.shared, d, round, took, per_bucket),
@@ -763,6 +754,20 @@ fn load_counter(options: &XdpOptions) -> Result<Xdp, XdpError> {
         }
     }
     Xdp::load(options, Program::Count { rx_hash: false })
+}
+
+/// Publishes the frames the program kept out of the buckets or did not
+/// steer; a read that fails leaves the last published values (the round
+/// itself went well).
+pub(crate) fn publish_other_counts(shared: &SharedMetrics, xdp: &Xdp) {
+    match xdp.other_counts() {
+        Ok(o) => shared.update(|s| {
+            s.not_ip_total = o.not_ip;
+            s.malformed_total = o.malformed;
+            s.redirect_failed_total = o.redirect_failed;
+        }),
+        Err(e) => warn!("{e}"),
+    }
 }
 
 /// Fills the metrics from the daemon's last round; the per-bucket series
