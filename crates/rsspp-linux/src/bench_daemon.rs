@@ -18,6 +18,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 
+use rsspp_core::handoff::DEFAULT_HANDOFF_TIMEOUT;
 use rsspp_core::ControlConfig;
 
 use crate::cpu::{BusyClock, CpuError, CpuList, CpumapThreads};
@@ -129,7 +130,7 @@ pub fn measure(
     };
     let weights: Vec<f64> = (0..reta_size).map(|b| 1.0 / (1 + b % 16) as f64).collect();
     let total_weight: f64 = weights.iter().sum();
-    let path = SoftwarePath::new(xdp, cpus.clone(), Some(Duration::from_secs(1)));
+    let path = SoftwarePath::new(xdp, cpus.clone(), Some(DEFAULT_HANDOFF_TIMEOUT));
     let possible = path.possible_cpus();
     let config = DaemonConfig {
         targets: cpus.clone(),
