@@ -146,31 +146,9 @@ impl Drop for Daemon {
     }
 }
 
-/// The daemon's metrics, by sample name (with labels).
-fn scrape(ns: &Netns, port: u16) -> Option<BTreeMap<String, f64>> {
-    let out = Command::new("ip")
-        .args(["netns", "exec", &ns.name, "curl", "-sf", "--max-time", "2"])
-        .arg(format!("http://127.0.0.1:{port}/metrics"))
-        .output()
-        .expect("curl");
-    if !out.status.success() {
-        return None;
-    }
-    Some(
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter(|l| !l.starts_with('#') && !l.is_empty())
-            .filter_map(|l| {
-                let (name, value) = l.rsplit_once(' ')?;
-                Some((name.to_string(), value.parse().ok()?))
-            })
-            .collect(),
-    )
-}
-
 fn wait_for_metrics(ns: &Netns, port: u16, daemon: &Daemon) {
     let deadline = Instant::now() + Duration::from_secs(10);
-    while scrape(ns, port).is_none() {
+    while ns.scrape_metrics(port).is_none() {
         assert!(
             Instant::now() < deadline,
             "the daemon never served metrics:\n{}",
@@ -189,9 +167,9 @@ fn cpu_packets(m: &BTreeMap<String, f64>) -> [f64; 2] {
 
 /// Per-CPU packet rates between two scrapes a second apart.
 fn rates(ns: &Netns, port: u16) -> [f64; 2] {
-    let a = cpu_packets(&scrape(ns, port).unwrap());
+    let a = cpu_packets(&ns.scrape_metrics(port).unwrap());
     std::thread::sleep(Duration::from_secs(1));
-    let b = cpu_packets(&scrape(ns, port).unwrap());
+    let b = cpu_packets(&ns.scrape_metrics(port).unwrap());
     [b[0] - a[0], b[1] - a[1]]
 }
 
@@ -251,7 +229,7 @@ fn the_daemon_balances_two_elephants_over_two_cpus() {
         assert!(r[0] > 3.0 * r[1], "static table: per-CPU rates {r:?}");
         assert!(imbalance(r) > 1.0);
         replay.wait().unwrap();
-        let m = scrape(&ns, port).unwrap();
+        let m = ns.scrape_metrics(port).unwrap();
         assert_eq!(m[r#"rsspp_migrations_total{iface="veth1"}"#], 0.0);
     }
 
@@ -272,7 +250,7 @@ fn the_daemon_balances_two_elephants_over_two_cpus() {
     // The counters are published each round; rounds back off to 1 s when
     // the traffic stops.
     std::thread::sleep(Duration::from_millis(2500));
-    let m = scrape(&ns, port).unwrap();
+    let m = ns.scrape_metrics(port).unwrap();
     assert!(m[r#"rsspp_migrations_total{iface="veth1"}"#] > 0.0);
     let counted: f64 = m
         .iter()

@@ -180,25 +180,6 @@ fn receive(socket: &std::net::UdpSocket, stop: &AtomicBool) -> Received {
     r
 }
 
-/// The daemon's metrics, by sample name (with labels).
-fn scrape(ns: &Netns, port: u16) -> Option<BTreeMap<String, f64>> {
-    let out = Command::new("ip")
-        .args(["netns", "exec", &ns.name, "curl", "-sf", "--max-time", "2"])
-        .arg(format!("http://127.0.0.1:{port}/metrics"))
-        .output()
-        .expect("curl");
-    out.status.success().then(|| {
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter(|l| !l.starts_with('#') && !l.is_empty())
-            .filter_map(|l| {
-                let (name, value) = l.rsplit_once(' ')?;
-                Some((name.to_string(), value.parse().ok()?))
-            })
-            .collect()
-    })
-}
-
 /// The first sample whose name starts with `prefix` and contains `part`.
 fn sample(m: &BTreeMap<String, f64>, prefix: &str, part: &str) -> f64 {
     m.iter()
@@ -247,7 +228,7 @@ fn run<T: Send>(args: &[&str], port: u16, during: impl FnOnce() -> T + Send) -> 
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
-    while scrape(&ns, port).is_none() || ns.xdp_of(DUT).is_none() {
+    while ns.scrape_metrics(port).is_none() || ns.xdp_of(DUT).is_none() {
         assert!(Instant::now() < deadline, "the daemon never started");
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -277,7 +258,7 @@ fn run<T: Send>(args: &[&str], port: u16, during: impl FnOnce() -> T + Send) -> 
     });
     // The last counters are published with the next round.
     std::thread::sleep(Duration::from_millis(1200));
-    let m = scrape(&ns, port).expect("metrics after the run");
+    let m = ns.scrape_metrics(port).expect("metrics after the run");
     // SAFETY: kill on our own child's pid.
     unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
     let _ = daemon.wait();

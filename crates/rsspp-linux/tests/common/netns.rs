@@ -92,6 +92,34 @@ impl Netns {
         })
     }
 
+    /// A daemon's metrics on `127.0.0.1:port` inside the namespace, by
+    /// sample name (with labels); `None` while nothing answers.
+    pub fn scrape_metrics(&self, port: u16) -> Option<std::collections::BTreeMap<String, f64>> {
+        let out = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.name,
+                "curl",
+                "-sf",
+                "--max-time",
+                "2",
+            ])
+            .arg(format!("http://127.0.0.1:{port}/metrics"))
+            .output()
+            .expect("curl");
+        out.status.success().then(|| {
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter(|l| !l.starts_with('#') && !l.is_empty())
+                .filter_map(|l| {
+                    let (name, value) = l.rsplit_once(' ')?;
+                    Some((name.to_string(), value.parse().ok()?))
+                })
+                .collect()
+        })
+    }
+
     /// The XDP program attached to `dev`, as `ip -d link` reports it:
     /// the mode word of its first line (`xdp` native, `xdpgeneric` skb)
     /// and the id of its `prog/xdp id N` line.
