@@ -286,8 +286,12 @@ impl Xdp {
         }
     }
 
-    /// Checks entries against the table and the steering CPUs.
+    /// Checks that there is a table, and entries against it and the
+    /// steering CPUs.
     fn check(&self, entries: &[(usize, Entry)]) -> Result<(), XdpError> {
+        if self.maps.reta.is_none() {
+            return Err(self.error(XdpErrorKind::NoTable));
+        }
         for &(bucket, e) in entries {
             if bucket >= self.reta_size {
                 return Err(self.error(XdpErrorKind::BucketOutOfRange {
