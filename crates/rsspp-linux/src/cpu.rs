@@ -255,9 +255,11 @@ impl BusyClock for ProcStat {
             let Some(Ok(cpu)) = fields.next().map(str::parse::<u32>) else {
                 continue; // the "cpu " total line
             };
-            let Some(i) = cpus.iter().position(|&c| c == cpu) else {
+            // A CPU may be asked for more than once (in hardware mode, two
+            // queues whose interrupts go to the same CPU).
+            if !cpus.contains(&cpu) {
                 continue;
-            };
+            }
             // user nice system idle iowait irq softirq steal [guest guest_nice]
             let values: Vec<u64> = fields
                 .take(8)
@@ -268,8 +270,10 @@ impl BusyClock for ProcStat {
             }
             // Guest time is already counted in user and nice.
             let busy = values[0] + values[1] + values[2] + values[5] + values[6] + values[7];
-            out[i] = busy * self.ns_per_tick;
-            found[i] = true;
+            for (i, _) in cpus.iter().enumerate().filter(|&(_, &c)| c == cpu) {
+                out[i] = busy * self.ns_per_tick;
+                found[i] = true;
+            }
         }
         match found.iter().position(|f| !f) {
             Some(i) => Err(format(format!("no line for cpu{}", cpus[i]))),
@@ -436,6 +440,12 @@ mod tests {
         ProcStat::at(&path, 100).busy_ns(&[1, 0], &mut out).unwrap();
         // cpu1: 10 ticks; cpu0: user+nice+system+irq+softirq+steal = 21.
         assert_eq!(out, [100_000_000, 210_000_000]);
+        // The same CPU twice (two queues served by it): both filled.
+        let mut out = [0u64; 3];
+        ProcStat::at(&path, 100)
+            .busy_ns(&[1, 0, 1], &mut out)
+            .unwrap();
+        assert_eq!(out, [100_000_000, 210_000_000, 100_000_000]);
         let e = ProcStat::at(&path, 100)
             .busy_ns(&[2], &mut [0])
             .unwrap_err();

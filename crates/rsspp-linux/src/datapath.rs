@@ -297,6 +297,12 @@ impl<N: RssDevice> HardwarePath<N> {
             ));
         }
         tracing::info!(iface = %self.nic.name(), "receive queue -> serving CPU: {} (from the queues' interrupts; `rsspp nic show` tells more)", pairs.join(", "));
+        let mut shared: Vec<u32> = self.cpus.clone();
+        shared.sort_unstable();
+        shared.dedup();
+        if shared.len() < self.cpus.len() {
+            tracing::warn!(iface = %self.nic.name(), "some of these queues are served by the same CPU: each of them shows that CPU's whole load, and moving buckets between them balances nothing (set their interrupts' affinity, /proc/irq/N/smp_affinity_list, to distinct CPUs)");
+        }
     }
 
     /// Checks that the NIC has every queue of `queues` (before anything

@@ -1,23 +1,25 @@
-//! The NIC's RSS indirection table, read and written through the ethtool
-//! ioctls (`SIOCETHTOOL`).
+//! The NIC's RSS indirection table (the main one, or an additional RSS
+//! context), read and written through ethtool.
 //!
-//! The daemon talks to an [`RssDevice`]: [`Ethtool`] is the real one (the
-//! `ETHTOOL_GRSSH`/`ETHTOOL_SRSSH` ioctls, falling back to
-//! `ETHTOOL_GRXFHINDIR`/`ETHTOOL_SRXFHINDIR` for drivers without them), and
-//! [`FakeNic`] stands in for it in unit tests. Both refuse the same tables
-//! ([`check_table`]), before anything reaches the device, so that a refused
-//! write names the problem instead of a bare `EINVAL`.
-//!
-//! The ioctls rather than ethtool's netlink interface: `ETHTOOL_MSG_RSS_SET`
-//! only exists from Linux 6.17, the ioctls from 3.8.
+//! The daemon talks to an [`RssDevice`]: [`Ethtool`] is the real one, and
+//! [`FakeNic`] stands in for it in unit tests. [`Ethtool`] uses ethtool's
+//! netlink messages where the kernel has them (`ETHTOOL_MSG_RSS_GET` from
+//! Linux 6.2, `ETHTOOL_MSG_RSS_SET` from 6.17: the interface addressed by
+//! its index, the kernel's own message on a refusal) and the ioctls
+//! elsewhere (`ETHTOOL_GRSSH`/`ETHTOOL_SRSSH`, falling back to
+//! `ETHTOOL_GRXFHINDIR`/`ETHTOOL_SRXFHINDIR` for drivers without them).
+//! Both refuse the same tables ([`check_table`]) before anything reaches
+//! the device, so that a refused write names the problem instead of a bare
+//! `EINVAL`.
 
 mod device;
 mod fake;
+mod netlink;
 mod wire;
 
 use std::fmt;
 
-pub use device::Ethtool;
+pub use device::{Ethtool, Interface};
 pub use fake::FakeNic;
 
 /// A device whose RSS indirection table can be read and written.
@@ -152,6 +154,8 @@ impl Errno {
             libc::EOPNOTSUPP => "EOPNOTSUPP",
             libc::EAFNOSUPPORT => "EAFNOSUPPORT",
             libc::ETIMEDOUT => "ETIMEDOUT",
+            libc::EPROTO => "EPROTO",
+            libc::EINTR => "EINTR",
             _ => return None,
         })
     }
@@ -265,6 +269,35 @@ pub enum EthtoolError {
         size: u64,
         /// The largest accepted.
         limit: u64,
+    },
+    /// The interface has no RSS context of that number.
+    #[error("{iface}: no RSS context {context} (`ethtool -x {iface} context {context}` shows one; `ethtool -X {iface} context new …` makes one)")]
+    NoContext {
+        /// The interface.
+        iface: String,
+        /// The context asked for.
+        context: u32,
+    },
+    /// The driver has no RSS contexts besides the main table.
+    #[error("{iface}: the driver has no additional RSS contexts (asked for context {context})")]
+    NoContexts {
+        /// The interface.
+        iface: String,
+        /// The context asked for.
+        context: u32,
+    },
+    /// A netlink request refused, with the kernel's message when it gave
+    /// one.
+    #[error("{iface}: {op} failed: {errno}{}", if message.is_empty() { String::new() } else { format!(": {message}") })]
+    Netlink {
+        /// The interface.
+        iface: String,
+        /// The request.
+        op: &'static str,
+        /// What it returned.
+        errno: Errno,
+        /// The kernel's extended-ack message (may be empty).
+        message: String,
     },
     /// Any other refusal.
     #[error("{iface}: {op} failed: {errno}")]

@@ -14,6 +14,7 @@ pub mod cpu;
 pub mod daemon;
 pub mod datapath;
 pub mod ethtool;
+pub mod genl;
 pub mod lifecycle;
 pub mod metrics;
 pub mod queues;

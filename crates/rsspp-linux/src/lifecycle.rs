@@ -519,6 +519,8 @@ impl State {
 pub struct SavedTable {
     /// The daemon that saved it.
     pub pid: u32,
+    /// The RSS context the table is (0: the main table).
+    pub context: u32,
     /// The table.
     pub table: Vec<u32>,
 }
@@ -534,7 +536,7 @@ impl SavedTable {
     /// none).
     pub fn read(iface: &str) -> Option<SavedTable> {
         let text = fs::read_to_string(Self::path(iface)).ok()?;
-        let (mut pid, mut table) = (None, None);
+        let (mut pid, mut table, mut context) = (None, None, Some(0));
         for (k, v) in text
             .lines()
             .filter(|l| !l.starts_with('#'))
@@ -542,6 +544,7 @@ impl SavedTable {
         {
             match k {
                 "pid" => pid = v.parse().ok(),
+                "context" => context = v.parse().ok(),
                 "table" => {
                     table = v
                         .split(',')
@@ -553,6 +556,7 @@ impl SavedTable {
         }
         Some(SavedTable {
             pid: pid?,
+            context: context?,
             table: table.filter(|t| !t.is_empty())?,
         })
     }
@@ -563,8 +567,9 @@ impl SavedTable {
         fs::create_dir_all(path.parent().expect("a directory"))?;
         let table: Vec<String> = self.table.iter().map(u32::to_string).collect();
         let text = format!(
-            "# rsspp run --mode hardware: the NIC's table before it wrote its own\npid={}\ntable={}\n",
+            "# rsspp run --mode hardware: the NIC's table before it wrote its own\npid={}\ncontext={}\ntable={}\n",
             self.pid,
+            self.context,
             table.join(",")
         );
         let tmp = path.with_extension("tmp");
@@ -580,12 +585,17 @@ impl SavedTable {
         }
     }
 
-    /// The table to put back on `iface`, whose table is `current`: a saved
-    /// one of the same size whose daemon is gone (it never put it back),
-    /// else `current`. Returns the pid of that daemon too.
-    pub fn original(iface: &str, current: Vec<u32>) -> (Vec<u32>, Option<u32>) {
+    /// The table to put back in RSS context `context` of `iface`, whose
+    /// table is `current`: a saved one of the same context and size whose
+    /// daemon is gone (it never put it back), else `current`. Returns the
+    /// pid of that daemon too.
+    pub fn original(iface: &str, context: u32, current: Vec<u32>) -> (Vec<u32>, Option<u32>) {
         match Self::read(iface) {
-            Some(saved) if !alive(saved.pid) && saved.table.len() == current.len() => {
+            Some(saved)
+                if !alive(saved.pid)
+                    && saved.context == context
+                    && saved.table.len() == current.len() =>
+            {
                 (saved.table, Some(saved.pid))
             }
             _ => (current, None),
@@ -604,10 +614,15 @@ pub fn restore_saved_table(iface: &str) -> Result<Option<u32>, LifecycleError> {
     if alive(saved.pid) {
         return Ok(None);
     }
-    let mut nic = crate::ethtool::Ethtool::open(iface)?;
+    let mut nic = crate::ethtool::Ethtool::open(iface)?.context(saved.context)?;
     crate::ethtool::put_back(&mut nic, &saved.table)?;
     SavedTable::remove(iface);
-    tracing::info!(iface, pid = saved.pid, "put back the NIC's original table");
+    tracing::info!(
+        iface,
+        pid = saved.pid,
+        context = saved.context,
+        "put back the NIC's original table"
+    );
     Ok(Some(saved.pid))
 }
 
@@ -984,32 +999,53 @@ mod tests {
         let current = vec![0, 1, 0, 1];
         assert_eq!(SavedTable::read(&iface), None);
         assert_eq!(
-            SavedTable::original(&iface, current.clone()),
+            SavedTable::original(&iface, 0, current.clone()),
             (current.clone(), None)
         );
         // A run that was killed with its own table in the NIC.
         let pid = dead_pid();
         let saved = SavedTable {
             pid,
+            context: 0,
             table: vec![3, 2, 1, 0],
         };
         saved.write(&iface).unwrap();
         assert_eq!(SavedTable::read(&iface), Some(saved.clone()));
         assert_eq!(
-            SavedTable::original(&iface, current.clone()),
+            SavedTable::original(&iface, 0, current.clone()),
             (vec![3, 2, 1, 0], Some(pid))
         );
         // A table of another size is not this NIC's any more.
-        assert_eq!(SavedTable::original(&iface, vec![0; 8]), (vec![0; 8], None));
+        assert_eq!(
+            SavedTable::original(&iface, 0, vec![0; 8]),
+            (vec![0; 8], None)
+        );
+        // Another RSS context's table is not this one's.
+        assert_eq!(
+            SavedTable::original(&iface, 2, current.clone()),
+            (current.clone(), None)
+        );
+        let context = SavedTable {
+            pid,
+            context: 2,
+            table: vec![1, 1, 0, 0],
+        };
+        context.write(&iface).unwrap();
+        assert_eq!(SavedTable::read(&iface), Some(context));
+        assert_eq!(
+            SavedTable::original(&iface, 2, current.clone()),
+            (vec![1, 1, 0, 0], Some(pid))
+        );
         // A daemon still running will put its own back.
         SavedTable {
             pid: std::process::id(),
+            context: 0,
             table: vec![3, 2, 1, 0],
         }
         .write(&iface)
         .unwrap();
         assert_eq!(
-            SavedTable::original(&iface, current.clone()),
+            SavedTable::original(&iface, 0, current.clone()),
             (current.clone(), None)
         );
         // A file that does not parse is no table.

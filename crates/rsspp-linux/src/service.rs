@@ -68,6 +68,9 @@ pub enum Steering {
     Hardware {
         /// The table size the caller expects; `None` takes the NIC's.
         reta_size: Option<usize>,
+        /// The RSS context to balance (0: the NIC's main table); the
+        /// others are left alone.
+        context: u32,
     },
 }
 
@@ -410,8 +413,8 @@ impl Service {
                 reta_size,
                 cpumap_queue,
             } => Running::Software(start_software(&config, reta_size, cpumap_queue, started)?),
-            Steering::Hardware { reta_size } => {
-                Running::Hardware(start_hardware(&config, reta_size, started)?)
+            Steering::Hardware { reta_size, context } => {
+                Running::Hardware(start_hardware(&config, reta_size, context, started)?)
             }
         };
         let xdp = match &mut running {
@@ -683,10 +686,12 @@ fn start_software(
 fn start_hardware(
     config: &ServiceConfig,
     asked: Option<usize>,
+    context: u32,
     started: Instant,
 ) -> Result<Daemon<HardwarePath<Ethtool>, Clock>, ServiceError> {
     let iface = &config.iface;
-    let mut nic = Ethtool::open(iface)?;
+    let mut nic = Ethtool::open(iface)?.context(context)?;
+    info!(iface = %iface, context, "the NIC's table is read and written through {}", nic.interface());
     let rss = nic.rss()?;
     let size = rss.indirection.len();
     if let Some(asked) = asked {
@@ -722,12 +727,13 @@ fn start_hardware(
     xdp.attach()?;
     // The table to put back: the NIC's, unless a daemon that never put
     // its original back saved it (SIGKILL, --keep).
-    let (original, saved_by) = SavedTable::original(iface, rss.indirection.clone());
+    let (original, saved_by) = SavedTable::original(iface, context, rss.indirection.clone());
     if let Some(pid) = saved_by {
         warn!(iface = %iface, pid, "the NIC's table was left by an rsspp run (pid {pid}) that did not put the original back: the original it saved will be put back on exit");
     }
     let saved = SavedTable {
         pid: std::process::id(),
+        context,
         table: original.clone(),
     };
     if let Err(e) = saved.write(iface) {
@@ -867,7 +873,10 @@ mod tests {
         let mut c = ServiceConfig::new("rsspp-nosuch0", vec![]);
         assert_eq!(c.validate(), Err(ConfigError::NoTargets));
         c.targets = vec![0];
-        c.steering = Steering::Hardware { reta_size: None };
+        c.steering = Steering::Hardware {
+            reta_size: None,
+            context: 0,
+        };
         c.load_source = LoadSource::Steered;
         assert_eq!(c.validate(), Err(ConfigError::SteeredNeedsSoftware));
         // Refused by start too, before the (absent) interface is looked up.

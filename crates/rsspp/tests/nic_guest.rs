@@ -126,17 +126,21 @@ fn the_table_rsspp_writes_is_the_one_ethtool_reads() {
     // --weights 1,0,0,3: a quarter of the buckets on queue 0, the rest on 3.
     step("set-weights", 0);
     let weighted = as_u32(&IndirectionTable::weighted(size, &[1, 0, 0, 3]).unwrap());
-    assert_eq!(parse_table(step("ethtool-weights", 0)), (4, weighted));
+    assert_eq!(
+        parse_table(step("ethtool-weights", 0)),
+        (4, weighted.clone())
+    );
 
     // The daemon in hardware mode writes the equal table over its queues;
     // --keep leaves it in the NIC.
     let log = step("run-keep", 0);
     assert!(log.contains("left the last table in the NIC"), "{log}");
     let kept = as_u32(&IndirectionTable::equal_over(size, &[1, 3]).unwrap());
-    assert_eq!(parse_table(step("ethtool-run-keep", 0)), (4, kept.clone()));
-    // Without --keep the NIC gets back the table it had before the run.
+    assert_eq!(parse_table(step("ethtool-run-keep", 0)), (4, kept));
+    // The next run puts back the table the NIC had before rsspp wrote its
+    // own (saved under /run/rsspp by the --keep run), not the kept one.
     step("run-restore", 0);
-    assert_eq!(parse_table(step("ethtool-run-restore", 0)), (4, kept));
+    assert_eq!(parse_table(step("ethtool-run-restore", 0)), (4, weighted));
     // A queue the NIC does not have: refused, named.
     let refused = step("run-bad-queue", 1);
     assert!(

@@ -101,6 +101,14 @@ fn bad_options_are_refused_before_anything_is_touched() {
             ],
             "only software mode has",
         ),
+        (
+            &["--iface", "lo", "--context", "1"],
+            "--context balances one of the NIC's RSS contexts: it needs --mode hardware",
+        ),
+        (
+            &["--iface", "lo", "--mode", "hardware", "--context", "0"],
+            "--context 0 is the NIC's main table",
+        ),
     ];
     for (args, message) in cases {
         refused(&run(None, args), message);

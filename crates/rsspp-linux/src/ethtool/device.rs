@@ -1,10 +1,13 @@
-//! [`Ethtool`]: the `SIOCETHTOOL` ioctls on a real interface.
+//! [`Ethtool`]: a real interface's RSS table, through ethtool's netlink
+//! messages where this kernel has them, else the `SIOCETHTOOL` ioctls.
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
+use super::netlink::{EthtoolNetlink, RSS_GET, RSS_SET};
 use super::wire;
 use super::{check_table, Errno, EthtoolError, HashFunction, RssConfig, RssDevice};
+use crate::genl::Refused;
 
 /// Largest indirection table accepted from a driver (hardware tables have
 /// 64 to 2048 entries; the core crate's limit is 65536).
@@ -12,16 +15,45 @@ const MAX_TABLE: u32 = 1 << 16;
 /// Largest hash key accepted from a driver (hardware keys are 40 or 52 bytes).
 const MAX_KEY: u32 = 1 << 12;
 
-/// An interface's RSS configuration through the ethtool ioctls.
+/// An interface's RSS configuration: its main table, or one additional RSS
+/// context ([`Ethtool::context`]).
 ///
-/// The ioctls go through an `AF_INET` datagram socket, as ethtool(8) does;
-/// the socket belongs to the network namespace of the thread that opened
-/// it, so the interface is looked up there.
+/// The interface is held by its index, so a rename is followed and an
+/// interface deleted and made again under the same name is not mistaken
+/// for it. Netlink (`ETHTOOL_MSG_RSS_GET`, Linux 6.2; `ETHTOOL_MSG_RSS_SET`,
+/// 6.17) addresses it by that index; the ioctls, which need a name, look
+/// the name up again for each call. Both go through sockets of the network
+/// namespace of the thread that opened them.
 #[derive(Debug)]
 pub struct Ethtool {
     iface: String,
-    name: [libc::c_char; libc::IFNAMSIZ],
+    ifindex: u32,
+    context: u32,
     socket: OwnedFd,
+    netlink: Option<EthtoolNetlink>,
+}
+
+/// How the table is read and written on this kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interface {
+    /// `ETHTOOL_MSG_RSS_GET` and `ETHTOOL_MSG_RSS_SET`.
+    Netlink,
+    /// `ETHTOOL_MSG_RSS_GET`, and the ioctls to write (Linux 6.2 to 6.16).
+    NetlinkReadIoctlWrite,
+    /// The `SIOCETHTOOL` ioctls.
+    Ioctl,
+}
+
+impl std::fmt::Display for Interface {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Interface::Netlink => "ethtool netlink (ETHTOOL_MSG_RSS_GET/RSS_SET)",
+            Interface::NetlinkReadIoctlWrite => {
+                "ethtool netlink to read, the ioctls to write (no ETHTOOL_MSG_RSS_SET before Linux 6.17)"
+            }
+            Interface::Ioctl => "the ethtool ioctls (no ethtool netlink RSS messages here)",
+        })
+    }
 }
 
 /// The errno of an ioctl, with its name for messages.
@@ -73,30 +105,118 @@ impl Ethtool {
             name: iface.to_string(),
         })?;
         // SAFETY: `c_name` is a valid NUL-terminated string.
-        if unsafe { libc::if_nametoindex(c_name.as_ptr()) } == 0 {
+        let ifindex = unsafe { libc::if_nametoindex(c_name.as_ptr()) };
+        if ifindex == 0 {
             return Err(EthtoolError::NoSuchInterface {
                 iface: iface.to_string(),
             });
         }
-        let mut name = [0 as libc::c_char; libc::IFNAMSIZ];
-        for (dst, &src) in name.iter_mut().zip(iface.as_bytes()) {
-            *dst = src as libc::c_char;
-        }
         Ok(Self {
             iface: iface.to_string(),
-            name,
+            ifindex,
+            context: 0,
             socket,
+            netlink: EthtoolNetlink::open(),
         })
+    }
+
+    /// The same interface's RSS context `context` (0: the main table),
+    /// checked to exist: what [`RssDevice`] reads and writes from then on.
+    /// Contexts are made by `ethtool -X IF context new`.
+    pub fn context(mut self, context: u32) -> Result<Self, EthtoolError> {
+        self.context = context;
+        if context != 0 {
+            self.rss()?;
+        }
+        Ok(self)
+    }
+
+    /// The RSS context this handle reads and writes (0: the main table).
+    pub fn rss_context(&self) -> u32 {
+        self.context
+    }
+
+    /// How this kernel lets the table be read and written.
+    pub fn interface(&self) -> Interface {
+        match &self.netlink {
+            Some(nl) if nl.supports(RSS_SET) => Interface::Netlink,
+            Some(nl) if nl.supports(RSS_GET) => Interface::NetlinkReadIoctlWrite,
+            _ => Interface::Ioctl,
+        }
+    }
+
+    /// The netlink socket, when this kernel has command `cmd`.
+    fn netlink_for(&mut self, cmd: u8) -> Option<&mut EthtoolNetlink> {
+        self.netlink.as_mut().filter(|nl| nl.supports(cmd))
+    }
+
+    /// The interface's name now (it may have been renamed since it was
+    /// opened); `ENODEV` once it is gone.
+    fn current_name(&self) -> Result<[libc::c_char; libc::IFNAMSIZ], Errno> {
+        let mut name = [0 as libc::c_char; libc::IFNAMSIZ];
+        // SAFETY: `name` has room for IFNAMSIZ bytes, as if_indextoname needs.
+        let found = unsafe { libc::if_indextoname(self.ifindex, name.as_mut_ptr()) };
+        if found.is_null() {
+            return Err(Errno(libc::ENODEV));
+        }
+        Ok(name)
+    }
+
+    /// The error for a netlink refusal of `op`.
+    fn netlink_error(&self, op: &'static str, r: Refused) -> EthtoolError {
+        let iface = self.iface.clone();
+        match r.errno.0 {
+            libc::ENODEV => EthtoolError::NoSuchInterface { iface },
+            libc::EPERM | libc::EACCES => EthtoolError::PermissionDenied {
+                iface,
+                op,
+                errno: r.errno,
+            },
+            libc::ENOENT if self.context != 0 => EthtoolError::NoContext {
+                iface,
+                context: self.context,
+            },
+            _ => EthtoolError::Netlink {
+                iface,
+                op,
+                errno: r.errno,
+                message: r.message.unwrap_or_default(),
+            },
+        }
+    }
+
+    /// The refusal of an ioctl on a context, where the driver has none or
+    /// not that one.
+    fn context_refusal(&self, r: &Refusal) -> Option<EthtoolError> {
+        if self.context == 0 {
+            return None;
+        }
+        let iface = self.iface.clone();
+        match r.errno.0 {
+            libc::ENOENT => Some(EthtoolError::NoContext {
+                iface,
+                context: self.context,
+            }),
+            libc::EOPNOTSUPP => Some(EthtoolError::NoContexts {
+                iface,
+                context: self.context,
+            }),
+            _ => None,
+        }
     }
 
     /// One `SIOCETHTOOL` call on a request buffer built by `wire` for
     /// command `cmd` (named in errors): the buffer is as large as the
     /// kernel's structure for that command and the sizes written in it.
     fn ioctl<T>(&self, cmd: u32, buf: &mut [T]) -> Result<(), Refusal> {
+        let name = self.current_name().map_err(|errno| Refusal {
+            op: op_name(cmd),
+            errno,
+        })?;
         // SAFETY: all-zero is a valid `ifreq` (a name and a union of
         // integers and pointers).
         let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-        req.ifr_name = self.name;
+        req.ifr_name = name;
         req.ifr_ifru.ifru_data = buf.as_mut_ptr().cast();
         // SAFETY: `req` names the interface and points `ifr_data` at a buffer
         // of the size the kernel reads and writes for this command (`wire`).
@@ -158,7 +278,7 @@ impl Ethtool {
     /// The `ETHTOOL_GRSSH` header alone: table and key sizes, hash function,
     /// input transformation.
     fn rssh_sizes(&self) -> Result<wire::RxfhHeader, Refusal> {
-        let mut buf = wire::rxfh_size_query();
+        let mut buf = wire::rxfh_size_query(self.context);
         self.ioctl(wire::GRSSH, &mut buf)?;
         Ok(wire::rxfh_header(&buf))
     }
@@ -219,6 +339,102 @@ impl Ethtool {
             errno: r.errno,
         }
     }
+
+    /// [`RssDevice::rss`] through `ETHTOOL_GRSSH` (`ETHTOOL_GRXFHINDIR` for
+    /// drivers without it): two steps, the sizes, then a buffer of exactly
+    /// those sizes (the kernel refuses any other with EINVAL).
+    fn ioctl_rss(&mut self) -> Result<RssConfig, EthtoolError> {
+        let header = match self.rssh_sizes() {
+            Ok(h) => h,
+            Err(r) => {
+                if let Some(e) = self.context_refusal(&r) {
+                    return Err(e);
+                }
+                if r.is(libc::EOPNOTSUPP) {
+                    return self.legacy_rss(r);
+                }
+                return Err(self.error(r));
+            }
+        };
+        if header.indir_size == 0 {
+            // A driver with a key but no table.
+            return self.legacy_rss(Refusal {
+                op: "ETHTOOL_GRSSH",
+                errno: Errno(libc::EOPNOTSUPP),
+            });
+        }
+        self.check_size("indirection table size", header.indir_size, MAX_TABLE)?;
+        self.check_size("hash key size", header.key_size, MAX_KEY)?;
+        let mut buf = wire::rxfh_get(self.context, header.indir_size, header.key_size);
+        self.ioctl(wire::GRSSH, &mut buf)
+            .map_err(|r| self.error(r))?;
+        let reply = wire::rxfh_header(&buf);
+        let (indirection, key) = wire::rxfh_contents(&buf, header.indir_size, header.key_size);
+        Ok(RssConfig {
+            indirection,
+            key,
+            hfunc: HashFunction::from_bits(reply.hfunc),
+        })
+    }
+
+    /// [`RssDevice::set_indirection`] through `ETHTOOL_SRSSH`
+    /// (`ETHTOOL_SRXFHINDIR` for drivers without it).
+    fn ioctl_set(&mut self, table: &[u32]) -> Result<(), EthtoolError> {
+        // The table first: on a device without one, that is the news, not
+        // a missing queue count.
+        let header = match self.rssh_sizes() {
+            Ok(h) if h.indir_size > 0 => h,
+            Ok(_) => {
+                let no_table = Refusal {
+                    op: "ETHTOOL_GRSSH",
+                    errno: Errno(libc::EOPNOTSUPP),
+                };
+                return self.legacy_set(table, no_table);
+            }
+            Err(r) => {
+                if let Some(e) = self.context_refusal(&r) {
+                    return Err(e);
+                }
+                if r.is(libc::EOPNOTSUPP) {
+                    return self.legacy_set(table, r);
+                }
+                return Err(self.error(r));
+            }
+        };
+        let queues = self.rx_queues()?;
+        check_table(&self.iface, table, header.indir_size as usize, queues)?;
+        let mut buf = wire::rxfh_set_indirection(self.context, table, header.input_xfrm);
+        match self.ioctl(wire::SRSSH, &mut buf) {
+            Ok(()) => Ok(()),
+            Err(r) if r.is(libc::EOPNOTSUPP) && self.context == 0 => self.legacy_set(table, r),
+            Err(r) => Err(self.error(r)),
+        }
+    }
+
+    /// [`RssDevice::reset_indirection`] through the ioctls: a table of size
+    /// 0, through `ETHTOOL_SRXFHINDIR` for the main table (which every
+    /// driver with a writable table takes) and `ETHTOOL_SRSSH` for a
+    /// context (the legacy ioctl has none).
+    fn ioctl_reset(&mut self) -> Result<(), EthtoolError> {
+        let result = if self.context == 0 {
+            let mut buf = wire::rxfh_indir_set(&[]);
+            self.ioctl(wire::SRXFHINDIR, &mut buf)
+        } else {
+            let input_xfrm = self
+                .rssh_sizes()
+                .map(|h| h.input_xfrm)
+                .map_err(|r| self.context_refusal(&r).unwrap_or_else(|| self.error(r)))?;
+            let mut buf = wire::rxfh_set_indirection(self.context, &[], input_xfrm);
+            self.ioctl(wire::SRSSH, &mut buf)
+        };
+        result.map_err(|r| {
+            if r.is(libc::EOPNOTSUPP) {
+                self.not_writable(r)
+            } else {
+                self.error(r)
+            }
+        })
+    }
 }
 
 fn open_socket() -> Result<OwnedFd, EthtoolError> {
@@ -249,70 +465,60 @@ impl RssDevice for Ethtool {
     }
 
     fn rss(&mut self) -> Result<RssConfig, EthtoolError> {
-        // Two steps: the sizes, then a buffer of exactly those sizes (the
-        // kernel refuses any other with EINVAL).
-        let header = match self.rssh_sizes() {
-            Ok(h) => h,
-            Err(r) if r.is(libc::EOPNOTSUPP) => return self.legacy_rss(r),
-            Err(r) => return Err(self.error(r)),
-        };
-        if header.indir_size == 0 {
-            // A driver with a key but no table.
-            return self.legacy_rss(Refusal {
-                op: "ETHTOOL_GRSSH",
-                errno: Errno(libc::EOPNOTSUPP),
-            });
+        let (ifindex, context) = (self.ifindex, self.context);
+        if let Some(nl) = self.netlink_for(RSS_GET) {
+            match nl.rss_get(ifindex, context) {
+                Ok(reply) if !reply.indirection.is_empty() => {
+                    return Ok(RssConfig {
+                        indirection: reply.indirection,
+                        key: reply.key,
+                        hfunc: HashFunction::from_bits(reply.hfunc as u8),
+                    })
+                }
+                // No table, or no RSS at all: the ioctls say which, as before.
+                Ok(_) => {}
+                Err(r) if r.is(libc::EOPNOTSUPP) => {}
+                Err(r) => return Err(self.netlink_error("ETHTOOL_MSG_RSS_GET", r)),
+            }
         }
-        self.check_size("indirection table size", header.indir_size, MAX_TABLE)?;
-        self.check_size("hash key size", header.key_size, MAX_KEY)?;
-        let mut buf = wire::rxfh_get(header.indir_size, header.key_size);
-        self.ioctl(wire::GRSSH, &mut buf)
-            .map_err(|r| self.error(r))?;
-        let reply = wire::rxfh_header(&buf);
-        let (indirection, key) = wire::rxfh_contents(&buf, header.indir_size, header.key_size);
-        Ok(RssConfig {
-            indirection,
-            key,
-            hfunc: HashFunction::from_bits(reply.hfunc),
-        })
+        self.ioctl_rss()
     }
 
     fn set_indirection(&mut self, table: &[u32]) -> Result<(), EthtoolError> {
-        // The table first: on a device without one, that is the news, not
-        // a missing queue count.
-        let header = match self.rssh_sizes() {
-            Ok(h) if h.indir_size > 0 => h,
-            Ok(_) => {
-                let no_table = Refusal {
-                    op: "ETHTOOL_GRSSH",
-                    errno: Errno(libc::EOPNOTSUPP),
-                };
-                return self.legacy_set(table, no_table);
-            }
-            Err(r) if r.is(libc::EOPNOTSUPP) => return self.legacy_set(table, r),
-            Err(r) => return Err(self.error(r)),
+        if self.netlink_for(RSS_SET).is_none() {
+            return self.ioctl_set(table);
+        }
+        // Checked first, so that the error names the entry. A device
+        // without a table: the ioctls' answer says it is not writable.
+        let size = match self.rss() {
+            Ok(rss) => rss.indirection.len(),
+            Err(EthtoolError::NoTable { .. }) => return self.ioctl_set(table),
+            Err(e) => return Err(e),
         };
         let queues = self.rx_queues()?;
-        check_table(&self.iface, table, header.indir_size as usize, queues)?;
-        let mut buf = wire::rxfh_set_indirection(table, header.input_xfrm);
-        match self.ioctl(wire::SRSSH, &mut buf) {
+        check_table(&self.iface, table, size, queues)?;
+        let (ifindex, context) = (self.ifindex, self.context);
+        let nl = self.netlink_for(RSS_SET).expect("checked above");
+        match nl.rss_set(ifindex, context, table) {
             Ok(()) => Ok(()),
-            Err(r) if r.is(libc::EOPNOTSUPP) => self.legacy_set(table, r),
-            Err(r) => Err(self.error(r)),
+            Err(r) if r.is(libc::EOPNOTSUPP) => self.ioctl_set(table),
+            Err(r) => Err(self.netlink_error("ETHTOOL_MSG_RSS_SET", r)),
         }
     }
 
     fn reset_indirection(&mut self) -> Result<(), EthtoolError> {
-        // A table of size 0 asks the kernel for the driver's default, and
-        // clears its "set by the user" mark (IFF_RXFH_CONFIGURED).
-        let mut buf = wire::rxfh_indir_set(&[]);
-        self.ioctl(wire::SRXFHINDIR, &mut buf).map_err(|r| {
-            if r.is(libc::EOPNOTSUPP) {
-                self.not_writable(r)
-            } else {
-                self.error(r)
+        // An empty table asks the kernel for the driver's default, and
+        // clears its "set by the user" mark, so that `ethtool -L` may change
+        // the queues again.
+        let (ifindex, context) = (self.ifindex, self.context);
+        if let Some(nl) = self.netlink_for(RSS_SET) {
+            match nl.rss_set(ifindex, context, &[]) {
+                Ok(()) => return Ok(()),
+                Err(r) if r.is(libc::EOPNOTSUPP) => {}
+                Err(r) => return Err(self.netlink_error("ETHTOOL_MSG_RSS_SET", r)),
             }
-        })
+        }
+        self.ioctl_reset()
     }
 
     fn rx_queues(&mut self) -> Result<u32, EthtoolError> {

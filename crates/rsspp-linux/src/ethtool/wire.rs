@@ -39,7 +39,7 @@ const CHANNELS_WORDS: usize = 9;
 pub(crate) struct RxfhHeader {
     /// `ETHTOOL_GRSSH` or `ETHTOOL_SRSSH`.
     pub cmd: u32,
-    /// RSS context; always 0 (the device's main table) here.
+    /// RSS context: 0 for the device's main table.
     pub rss_context: u32,
     /// Entries in the indirection table.
     pub indir_size: u32,
@@ -79,19 +79,19 @@ fn rxfh_words(indir: usize, key: usize) -> usize {
     RXFH_HEADER_WORDS + indir + key.div_ceil(4)
 }
 
-/// `ETHTOOL_GRSSH` with both sizes 0: the kernel answers with the sizes
-/// (first step of the two-step read).
-pub(crate) fn rxfh_size_query() -> Vec<u32> {
-    rxfh_get(0, 0)
+/// `ETHTOOL_GRSSH` of RSS context `context` with both sizes 0: the kernel
+/// answers with the sizes (first step of the two-step read).
+pub(crate) fn rxfh_size_query(context: u32) -> Vec<u32> {
+    rxfh_get(context, 0, 0)
 }
 
 /// `ETHTOOL_GRSSH` asking for `indir` table entries and `key` key bytes,
 /// the sizes the kernel reported (second step).
-pub(crate) fn rxfh_get(indir: u32, key: u32) -> Vec<u32> {
+pub(crate) fn rxfh_get(context: u32, indir: u32, key: u32) -> Vec<u32> {
     let mut words = vec![0; rxfh_words(indir as usize, key as usize)];
     RxfhHeader {
         cmd: GRSSH,
-        rss_context: 0,
+        rss_context: context,
         indir_size: indir,
         key_size: key,
         hfunc: 0,
@@ -105,12 +105,13 @@ pub(crate) fn rxfh_get(indir: u32, key: u32) -> Vec<u32> {
 /// `ETH_RSS_HASH_NO_CHANGE` leave the key and function alone. `input_xfrm`
 /// must be what `ETHTOOL_GRSSH` reported: kernels before 6.8 reject any
 /// non-zero value of that (then reserved) byte, later ones apply it, so
-/// echoing the current value is the one "no change" both accept.
-pub(crate) fn rxfh_set_indirection(table: &[u32], input_xfrm: u8) -> Vec<u32> {
+/// echoing the current value is the one "no change" both accept. An empty
+/// table (size 0) puts the driver's default back.
+pub(crate) fn rxfh_set_indirection(context: u32, table: &[u32], input_xfrm: u8) -> Vec<u32> {
     let mut words = vec![0; rxfh_words(table.len(), 0)];
     RxfhHeader {
         cmd: SRSSH,
-        rss_context: 0,
+        rss_context: context,
         indir_size: table.len() as u32,
         key_size: 0,
         hfunc: HASH_NO_CHANGE,
@@ -209,7 +210,7 @@ mod tests {
 
     #[test]
     fn size_query_is_a_bare_24_byte_header() {
-        let words = rxfh_size_query();
+        let words = rxfh_size_query(0);
         let mut expected = Vec::new();
         expected.extend(ne(0x46));
         expected.extend([0u8; 20]);
@@ -219,20 +220,22 @@ mod tests {
     #[test]
     fn get_request_has_room_for_table_and_key() {
         // 128 entries and a 40-byte key: 24 + 512 + 40 bytes.
-        let words = rxfh_get(128, 40);
+        let words = rxfh_get(0, 128, 40);
         assert_eq!(words.len() * 4, 24 + 128 * 4 + 40);
         let h = rxfh_header(&words);
         assert_eq!((h.cmd, h.indir_size, h.key_size), (GRSSH, 128, 40));
         // An odd key size rounds the buffer up to whole words.
-        assert_eq!(rxfh_get(4, 13).len() * 4, 24 + 16 + 16);
+        assert_eq!(rxfh_get(0, 4, 13).len() * 4, 24 + 16 + 16);
+        // A context is the second word.
+        assert_eq!(rxfh_get(3, 4, 0)[1], 3);
     }
 
     #[test]
     fn set_request_layout_matches_the_c_struct() {
-        let words = rxfh_set_indirection(&[1, 3, 1, 3], 0x80);
+        let words = rxfh_set_indirection(2, &[1, 3, 1, 3], 0x80);
         let mut expected = Vec::new();
         expected.extend(ne(0x47)); // cmd
-        expected.extend(ne(0)); // rss_context
+        expected.extend(ne(2)); // rss_context
         expected.extend(ne(4)); // indir_size
         expected.extend(ne(0)); // key_size: keep the key
         expected.extend([0, 0x80, 0, 0]); // hfunc (no change), input_xfrm, rsvd8[2]

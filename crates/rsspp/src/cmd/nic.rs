@@ -1,6 +1,6 @@
-//! `rsspp nic`: a NIC's RSS indirection table, shown and written through the
-//! ethtool ioctls (what `ethtool -x` / `ethtool -X` do), with the tables
-//! built by the core crate.
+//! `rsspp nic`: a NIC's RSS indirection table (or one RSS context's), shown
+//! and written through ethtool (what `ethtool -x` / `ethtool -X` do), with
+//! the tables built by the core crate.
 
 use std::io::Write;
 
@@ -8,7 +8,7 @@ use clap::{Args, Subcommand};
 use rsspp_core::reta::RetaError;
 use rsspp_core::IndirectionTable;
 use rsspp_linux::ethtool::{Ethtool, EthtoolError, HashFunction, RssConfig, RssDevice};
-use rsspp_linux::queues::{queue_cpus, Queue, Served};
+use rsspp_linux::queues::{queue_cpus, FoundBy, Queue, Served};
 
 use crate::error::CliError;
 
@@ -38,9 +38,13 @@ NICs have none).")]
 struct ShowArgs {
     /// The network interface.
     iface: String,
-    /// Print JSON: {"iface", "rx_queues", "queues": [{"queue", "cpu",
-    /// "assumed", "irq", "irq_name", "irq_cpus"}], "table_size", "indirection": [...],
-    /// "key": "6d:5a:…" or null, "hfunc": "toeplitz" or null}.
+    /// An additional RSS context's table instead of the main one.
+    #[arg(long, value_name = "N")]
+    context: Option<u32>,
+    /// Print JSON: {"iface", "context", "rx_queues", "queues": [{"queue", "cpu",
+    /// "assumed", "irq", "irq_name", "irq_found_by", "irq_cpus"}], "table_size",
+    /// "indirection": [...], "key": "6d:5a:…" or null, "hfunc": "toeplitz" or
+    /// null, "ethtool": how the table is read and written}.
     #[arg(long)]
     json: bool,
 }
@@ -50,6 +54,9 @@ struct ShowArgs {
 struct SetArgs {
     /// The network interface.
     iface: String,
+    /// Write an additional RSS context's table instead of the main one.
+    #[arg(long, value_name = "N")]
+    context: Option<u32>,
     /// Bucket i goes to queue QUEUES[i mod n] (`IndirectionTable::equal_over`).
     #[arg(long, value_name = "Q0,Q1,…", value_delimiter = ',', num_args = 1)]
     equal: Option<Vec<u32>>,
@@ -114,7 +121,7 @@ pub fn run(args: &NicArgs) -> Result<(), CliError> {
 }
 
 fn show(args: &ShowArgs) -> Result<(), CliError> {
-    let mut dev = Ethtool::open(&args.iface).map_err(NicError::from)?;
+    let mut dev = open(&args.iface, args.context)?;
     // The table first: on a device without one, that is what to report.
     let rss = dev.rss().map_err(NicError::from)?;
     let queues = dev.rx_queues().map_err(NicError::from)?;
@@ -129,6 +136,10 @@ fn show(args: &ShowArgs) -> Result<(), CliError> {
                     "assumed": q.assumed(),
                     "irq": q.irq.as_ref().map(|(n, _)| n),
                     "irq_name": q.irq.as_ref().map(|(_, name)| name),
+                    "irq_found_by": q.found_by.map(|f| match f {
+                        FoundBy::Netdev => "netdev",
+                        FoundBy::Name => "name",
+                    }),
                     "irq_cpus": match &q.served {
                         Served::Cpu(c) => vec![*c],
                         Served::Several(cpus) => cpus.clone(),
@@ -139,16 +150,25 @@ fn show(args: &ShowArgs) -> Result<(), CliError> {
             .collect();
         let doc = serde_json::json!({
             "iface": args.iface,
+            "context": dev.rss_context(),
             "rx_queues": queues,
             "queues": per_queue,
             "table_size": rss.indirection.len(),
             "indirection": rss.indirection,
             "key": (!rss.key.is_empty()).then(|| hex_key(&rss.key)),
             "hfunc": (rss.hfunc != HashFunction::Unknown).then(|| rss.hfunc.to_string()),
+            "ethtool": dev.interface().to_string(),
         });
         format!("{doc}\n")
     } else {
-        ethtool_style(&args.iface, queues, &rss) + &served_style(&served)
+        let context = match dev.rss_context() {
+            0 => String::new(),
+            n => format!("RSS context {n}\n"),
+        };
+        context
+            + &ethtool_style(&args.iface, queues, &rss)
+            + &served_style(&served)
+            + &format!("Read and written through {}\n", dev.interface())
     };
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes()).map_err(CliError::output)?;
@@ -159,10 +179,18 @@ fn show(args: &ShowArgs) -> Result<(), CliError> {
 fn served_style(queues: &[Queue]) -> String {
     let mut s = String::from("RX queues and the CPUs serving them (their interrupts):\n");
     for q in queues {
-        let irq = q
-            .irq
-            .as_ref()
-            .map_or(String::new(), |(n, name)| format!(" (IRQ {n} {name})"));
+        let by = match q.found_by {
+            Some(FoundBy::Netdev) => ", from netdev netlink",
+            _ => "",
+        };
+        let irq = q.irq.as_ref().map_or(String::new(), |(n, name)| {
+            let name = if name.is_empty() {
+                String::new()
+            } else {
+                format!(" {name}")
+            };
+            format!(" (IRQ {n}{name}{by})")
+        });
         let how = match &q.served {
             Served::Cpu(c) => format!("CPU {c}{irq}"),
             Served::Several(cpus) => format!(
@@ -218,9 +246,15 @@ fn ethtool_style(iface: &str, queues: u32, rss: &RssConfig) -> String {
     s
 }
 
+/// The interface's main table, or its RSS context `context`.
+fn open(iface: &str, context: Option<u32>) -> Result<Ethtool, NicError> {
+    let dev = Ethtool::open(iface)?;
+    Ok(dev.context(context.unwrap_or(0))?)
+}
+
 fn set(args: &SetArgs) -> Result<(), CliError> {
     let iface = args.iface.as_str();
-    let mut dev = Ethtool::open(iface).map_err(NicError::from)?;
+    let mut dev = open(iface, args.context)?;
     // Both answers first, so that a queue list the device cannot take is
     // reported (bad input) before the device's own limits.
     let queues = dev.rx_queues();
@@ -335,6 +369,7 @@ mod tests {
     fn queue_lists_are_checked_against_the_device() {
         let args = |equal: Option<Vec<u32>>, weights: Option<Vec<u32>>| SetArgs {
             iface: "eth0".into(),
+            context: None,
             equal,
             weights,
         };

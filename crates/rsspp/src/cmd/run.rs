@@ -83,8 +83,8 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value = "software")]
     mode: Mode,
     /// CPUs to spread over (software mode), or receive queues (hardware
-    /// mode, queue q served by CPU q), kernel list syntax: 0-3,6.
-    /// Default: every online CPU.
+    /// mode; the CPU serving each is read from its interrupt, see `rsspp
+    /// nic show`), kernel list syntax: 0-3,6. Default: every online CPU.
     #[arg(long, value_name = "LIST")]
     cpus: Option<String>,
     /// Buckets in the table (software mode: a power of two, 64 to 65536,
@@ -139,6 +139,10 @@ pub struct RunArgs {
     /// Count and report only: never move a bucket.
     #[arg(long)]
     no_balance: bool,
+    /// Hardware mode: balance this additional RSS context of the NIC (made
+    /// by `ethtool -X IF context new`) and leave its main table alone.
+    #[arg(long, value_name = "N")]
+    context: Option<u32>,
     /// Export the per-bucket metrics (two series a bucket). Default: on up
     /// to 4096 buckets.
     #[arg(long, value_enum, value_name = "on|off")]
@@ -193,6 +197,16 @@ fn check(args: &RunArgs) -> Result<ServiceConfig, CliError> {
         }
         None => online,
     };
+    if args.context.is_some() && args.mode != Mode::Hardware {
+        return Err(CliError::Invalid(
+            "--context balances one of the NIC's RSS contexts: it needs --mode hardware".into(),
+        ));
+    }
+    if args.context == Some(0) {
+        return Err(CliError::Invalid(
+            "--context 0 is the NIC's main table: leave --context out to balance it".into(),
+        ));
+    }
     let mut control = ControlConfig {
         interval: Duration::from_millis(args.interval_ms),
         max_interval: Duration::from_millis(args.max_interval_ms),
@@ -232,6 +246,7 @@ fn check(args: &RunArgs) -> Result<ServiceConfig, CliError> {
             },
             Mode::Hardware => Steering::Hardware {
                 reta_size: args.reta_size,
+                context: args.context.unwrap_or(0),
             },
         },
         targets: targets.cpus().to_vec(),
