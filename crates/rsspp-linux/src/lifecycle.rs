@@ -683,6 +683,18 @@ pub struct StalePin {
     pub path: PathBuf,
 }
 
+/// A NIC table a hardware-mode daemon wrote and never put back (it was
+/// killed, or kept it): the original it saved is still under `/run/rsspp`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeftTable {
+    /// The interface.
+    pub iface: String,
+    /// The daemon that left it (no longer running).
+    pub pid: u32,
+    /// The RSS context (0: the main table).
+    pub context: u32,
+}
+
 /// What rsspp has attached in this network namespace.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Status {
@@ -690,6 +702,8 @@ pub struct Status {
     pub attached: Vec<Attached>,
     /// Pins that no longer attach anything.
     pub stale: Vec<StalePin>,
+    /// NIC tables left by daemons that did not put the original back.
+    pub left_tables: Vec<LeftTable>,
 }
 
 /// The interfaces of this network namespace: (index, name).
@@ -806,6 +820,27 @@ pub fn status(iface: Option<&str>) -> Result<Status, LifecycleError> {
             .any(|a| a.iface == name && a.pinned.is_some());
         if !live {
             status.stale.push(StalePin { iface: name, path });
+        }
+    }
+    let saved: Vec<String> = match iface {
+        Some(name) => vec![name.to_string()],
+        None => fs::read_dir(Path::new(STATE_ROOT).join(scope()))
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.path().is_dir())
+                    .filter_map(|e| e.file_name().into_string().ok())
+                    .filter(|n| !n.starts_with("netns-"))
+                    .collect()
+            })
+            .unwrap_or_default(),
+    };
+    for name in saved {
+        if let Some(t) = SavedTable::read(&name).filter(|t| !alive(t.pid)) {
+            status.left_tables.push(LeftTable {
+                iface: name,
+                pid: t.pid,
+                context: t.context,
+            });
         }
     }
     Ok(status)

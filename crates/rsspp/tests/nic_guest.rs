@@ -192,12 +192,26 @@ fn the_table_rsspp_writes_is_the_one_ethtool_reads() {
         .map(|q| q.parse().unwrap())
         .collect();
     assert_eq!(saved_table, default, "{saved}");
-    // Its BPF link went with the process: nothing is attached any more
-    // (and `rsspp status` does not mention the table left in the NIC).
-    assert_eq!(step("status-killed", 0), "no rsspp program attached\n");
+    // Its BPF link went with the process: nothing is attached any more,
+    // and `rsspp status` says whose table is left in the NIC.
+    assert_eq!(
+        step("status-killed", 0),
+        format!(
+            "no rsspp program attached\n\
+             eth0: the NIC's table is the one rsspp run (pid {pid}, no longer running) wrote: \
+             `rsspp detach --iface eth0` puts the original back\n"
+        )
+    );
     let json: Value =
         serde_json::from_str(step("status-killed-json", 0)).expect("rsspp status --json");
-    assert_eq!(json, serde_json::json!({"attached": [], "stale_pins": []}));
+    assert_eq!(
+        json,
+        serde_json::json!({
+            "attached": [],
+            "stale_pins": [],
+            "left_tables": [{"iface": "eth0", "pid": pid, "context": 0}],
+        })
+    );
     // The dead daemon's table counts as the user's and names queue 3: the
     // kernel refuses fewer queues than that.
     // (6.1 ends the message with "settings", 6.12 with the highest queue named.)

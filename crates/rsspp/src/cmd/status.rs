@@ -109,13 +109,28 @@ fn to_json(status: &Status) -> serde_json::Value {
         .iter()
         .map(|s| serde_json::json!({"iface": s.iface, "pin": s.path.display().to_string()}))
         .collect();
-    serde_json::json!({ "attached": attached, "stale_pins": stale })
+    let left: Vec<serde_json::Value> = status
+        .left_tables
+        .iter()
+        .map(|t| serde_json::json!({"iface": t.iface, "pid": t.pid, "context": t.context}))
+        .collect();
+    serde_json::json!({ "attached": attached, "stale_pins": stale, "left_tables": left })
 }
 
 fn to_text(status: &Status) -> String {
     let mut out = String::new();
     if status.attached.is_empty() && status.stale.is_empty() {
         out.push_str("no rsspp program attached\n");
+    }
+    for t in &status.left_tables {
+        let table = match t.context {
+            0 => "the NIC's table".to_string(),
+            n => format!("RSS context {n}'s table"),
+        };
+        out.push_str(&format!(
+            "{}: {table} is the one rsspp run (pid {}, no longer running) wrote: `rsspp detach --iface {}` puts the original back\n",
+            t.iface, t.pid, t.iface
+        ));
     }
     for a in &status.attached {
         let state = a.state.as_ref();
