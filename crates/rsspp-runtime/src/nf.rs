@@ -192,9 +192,8 @@ impl NetworkFunction for Chain {
     }
 
     fn process(&mut self, packet: &mut Packet<'_>, state: Option<&mut ChainState>) -> Verdict {
-        let mut state = state;
         if let Some(m) = &mut self.monitor {
-            let s = state.as_deref_mut().and_then(|s| s.monitor.as_mut());
+            let s = state.and_then(|s| s.monitor.as_mut());
             if let Verdict::Drop(why) = m.process(packet, s) {
                 return Verdict::Drop(why);
             }

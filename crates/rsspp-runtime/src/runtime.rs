@@ -211,8 +211,7 @@ pub fn run<N: NetworkFunction>(
         .then(|| Arc::new(SharedFlowTable::new(config.flow_table, 64)));
 
     let (to_controller, from_workers) = crossbeam_channel::unbounded();
-    let channels: Vec<(Sender<ToWorker<N::State>>, Receiver<ToWorker<N::State>>)> =
-        (0..n).map(|_| crossbeam_channel::unbounded()).collect();
+    let channels: Vec<Channel<N::State>> = (0..n).map(|_| crossbeam_channel::unbounded()).collect();
     let peers: Vec<Sender<ToWorker<N::State>>> = channels.iter().map(|(s, _)| s.clone()).collect();
     let clocks: Vec<Arc<Clock>> = (0..n).map(|_| Arc::new(Clock::default())).collect();
     let mut handles = Vec::with_capacity(n);
@@ -324,6 +323,9 @@ pub fn run<N: NetworkFunction>(
     }
     Ok(Outcome { summary, flows })
 }
+
+/// Both ends of a worker's inbox.
+type Channel<S> = (Sender<ToWorker<S>>, Receiver<ToWorker<S>>);
 
 /// The fanout member of the parking socket.
 const PARKING: u16 = 0;
@@ -482,7 +484,7 @@ impl<S> Controller<'_, S> {
     ) -> Result<(u64, u64), RuntimeError> {
         let n = self.peers.len();
         let interval = self.config.control.interval;
-        let mut control = ControlLoop::new(self.config.control.clone());
+        let mut control = ControlLoop::new(self.config.control);
         let mut rng = SplitMix64::new(self.config.churn_seed);
         let mut counts: Vec<u64> = (0..self.config.buckets)
             .map(|b| self.steering.count(b))

@@ -51,6 +51,7 @@ impl Steering {
                 "the table size must be a power of two up to {MAX_BUCKETS}, not {buckets}"
             )));
         }
+        route_libbpf_logs();
         let bpf = |what| move |source| RuntimeError::Bpf { what, source };
         let mut storage = MaybeUninit::uninit();
         let mut open = FanoutSkelBuilder::default()
@@ -171,6 +172,18 @@ impl Drop for Steering {
         // SAFETY: the mapping made in `load`, unmapped once.
         unsafe { libc::munmap(self.words.cast(), self.map_len) };
     }
+}
+
+/// libbpf's own lines go to the log (debug): the errors that matter come
+/// back as [`RuntimeError`]s, which say it in one line.
+fn route_libbpf_logs() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        fn log(level: libbpf_rs::PrintLevel, message: String) {
+            tracing::debug!(target: "libbpf", ?level, "{}", message.trim_end());
+        }
+        libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Debug, log)));
+    });
 }
 
 /// The Toeplitz contribution of every byte value at every input position
