@@ -134,6 +134,9 @@ pub enum CliError {
     /// online CPUs that cannot be read.
     #[error(transparent)]
     Cpu(#[from] rsspp_linux::cpu::CpuError),
+    /// `rsspp nf` could not start or run.
+    #[error(transparent)]
+    Runtime(#[from] rsspp_runtime::RuntimeError),
 }
 
 impl CliError {

@@ -45,6 +45,10 @@ enum Command {
     /// second, steer through a CPUMAP (software) or the NIC's table
     /// (hardware); metrics at /metrics.
     Run(cmd::run::RunArgs),
+    /// Run network functions on worker threads pinned to CPUs, the traffic
+    /// spread per RSS bucket by an eBPF fanout program, the per-flow state
+    /// moving with its bucket as RSS++ rebalances (AF_PACKET).
+    Nf(cmd::nf::NfArgs),
     /// Live view of a running daemon (`rsspp run`): per-CPU load as a
     /// heatmap over time, packet rates, imbalance ((max − min) / min of the
     /// per-CPU packet rates, in percent), and the current table.
@@ -112,7 +116,10 @@ fn ignore_sigpipe() {
 fn main() -> ExitCode {
     ignore_sigpipe();
     let cli = Cli::parse();
-    init_logging(cli.verbose, matches!(cli.command, Command::Run(_)));
+    init_logging(
+        cli.verbose,
+        matches!(cli.command, Command::Run(_) | Command::Nf(_)),
+    );
     let result: Result<(), CliError> = match &cli.command {
         Command::Demo(args) => cmd::demo::run(args),
         Command::Hash(args) => cmd::hash::run(args),
@@ -122,6 +129,7 @@ fn main() -> ExitCode {
         Command::Compare(args) => cmd::compare::run_compare(args),
         Command::Top(args) => cmd::top::run(args),
         Command::Run(args) => cmd::run::run(args),
+        Command::Nf(args) => cmd::nf::run(args),
         Command::Nic(args) => cmd::nic::run(args),
         Command::Status(args) => cmd::status::status(args),
         Command::Detach(args) => cmd::status::detach(args),

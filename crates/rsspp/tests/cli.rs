@@ -449,3 +449,38 @@ fn bench_state_reports_both_variants_and_refuses_bad_options() {
         "size 100",
     );
 }
+
+#[test]
+fn nf_refuses_an_unknown_function_in_one_line() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rsspp"))
+        .args(["nf", "--in", "lo", "--cpus", "0", "--chain", "monitor,nat"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "rsspp: error: unknown network function \"nat\" (known: monitor)\n"
+    );
+}
+
+#[test]
+fn nf_refuses_a_missing_interface_in_one_line() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rsspp"))
+        .args([
+            "nf",
+            "--in",
+            "rsspp-none0",
+            "--cpus",
+            "0",
+            "--duration",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    // Checked before anything is created, with or without root.
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "rsspp: error: no network interface named \"rsspp-none0\"\n"
+    );
+}

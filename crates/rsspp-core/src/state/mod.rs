@@ -10,6 +10,8 @@
 //!   that carries a table from one core to another.
 //! - [`worker`]: a run-to-completion worker per core ([`BucketWorker`]),
 //!   driven by batches, commands and handoffs, without I/O.
+//! - [`marks`]: moves by counted marks, for a steering point that numbers
+//!   each bucket's packets (the userspace runtime's fanout program).
 //! - [`shared`]: the baseline — one lock-striped table for all cores behind
 //!   the same [`Worker`] interface.
 //! - [`threaded`]: runs workers on threads with a dispatcher playing the NIC.
@@ -58,6 +60,7 @@
 
 pub mod check;
 mod index;
+pub mod marks;
 pub mod migration;
 pub mod shared;
 pub mod table;

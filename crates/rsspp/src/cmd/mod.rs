@@ -5,6 +5,7 @@ pub mod bench;
 pub mod compare;
 pub mod demo;
 pub mod hash;
+pub mod nf;
 pub mod nic;
 pub mod run;
 pub mod status;

@@ -1,0 +1,176 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * The AF_PACKET fanout program of rsspp-runtime (PACKET_FANOUT_EBPF): for
+ * each received frame, the Toeplitz hash of its flow (rsspp-linux's
+ * toeplitz.h, the same hash as rsspp_core::Toeplitz::hash_flow), its bucket,
+ * and the index of the fanout group's socket that owns the bucket.
+ *
+ * Each bucket is one 64-bit word of rsspp_words: the owning member's index
+ * in the top 16 bits, the number of the bucket's frames steered so far in
+ * the low 48. One fetch-and-add takes the owner and numbers the frame in a
+ * single atomic step, so that the controller's compare-and-swap that
+ * changes the owner returns exactly how many of the bucket's frames went to
+ * the old owner (the mark of rsspp_core::state::marks).
+ *
+ * A socket filter may not read packet memory directly: the headers are
+ * copied out with bpf_skb_load_bytes, from the network header (where
+ * skb->data is when AF_PACKET's fanout runs on receive). The classification
+ * follows rsspp-linux's parse.h: one VLAN tag left in the frame skipped (the
+ * stack has already taken the outer one into skb->vlan_tci), IPv4 with its
+ * options, fragments hashed on their addresses, IPv6 with up to four
+ * extension headers; ports of TCP and UDP only, when their whole fixed
+ * header is there. Frames that are not IP, or malformed, are not counted and
+ * go to member 0.
+ */
+#include "toeplitz.h"
+
+#define WORD_OWNER_SHIFT 48
+
+/* Table size - 1 (a power of two - 1); set before load. */
+const volatile __u32 bucket_mask = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct key_table);
+} rsspp_fanout_key SEC(".maps");
+
+/* One word per bucket (see above); sized by the loader, mapped by it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, __u64);
+} rsspp_words SEC(".maps");
+
+/* Hash input: addresses, then ports; filled by the parse below. */
+struct hash_input {
+	__u8 bytes[HASH_INPUT_MAX];
+};
+
+static __always_inline int load_ports(struct __sk_buff *skb, __u32 off,
+				      __u8 proto, __u8 *to, int *has_ports)
+{
+	if (proto != IPPROTO_TCP && proto != IPPROTO_UDP)
+		return PARSE_IP;
+	/* The whole fixed header, as parse.h demands. */
+	if (off + (proto == IPPROTO_TCP ? sizeof(struct tcphdr)
+					: sizeof(struct udphdr)) > skb->len)
+		return PARSE_MALFORMED;
+	if (bpf_skb_load_bytes(skb, off, to, 4))
+		return PARSE_MALFORMED;
+	*has_ports = 1;
+	return PARSE_IP;
+}
+
+static __always_inline int parse_v4(struct __sk_buff *skb, __u32 off,
+				    struct hash_input *in, int *has_ports)
+{
+	struct iphdr iph;
+	__u32 hdr_len;
+
+	if (bpf_skb_load_bytes(skb, off, &iph, sizeof(iph)))
+		return PARSE_MALFORMED;
+	if (iph.version != 4 || iph.ihl < 5)
+		return PARSE_MALFORMED;
+	hdr_len = iph.ihl * 4;
+	if (off + hdr_len > skb->len)
+		return PARSE_MALFORMED;
+	__builtin_memcpy(in->bytes, &iph.saddr, 8);
+	if (iph.frag_off & bpf_htons(IP_MF | IP_OFFSET))
+		return PARSE_IP;
+	return load_ports(skb, off + hdr_len, iph.protocol, in->bytes + 8,
+			  has_ports);
+}
+
+static __always_inline int parse_v6(struct __sk_buff *skb, __u32 off,
+				    struct hash_input *in, int *has_ports)
+{
+	struct ipv6hdr ip6;
+	__u8 nh;
+
+	if (bpf_skb_load_bytes(skb, off, &ip6, sizeof(ip6)))
+		return PARSE_MALFORMED;
+	if (ip6.version != 6)
+		return PARSE_MALFORMED;
+	__builtin_memcpy(in->bytes, &ip6.saddr, 32);
+	nh = ip6.nexthdr;
+	off += sizeof(ip6);
+
+#pragma unroll
+	for (int i = 0; i < IPV6_EXT_MAX_DEPTH; i++) {
+		if (nh == IPPROTO_FRAGMENT) {
+			struct ipv6_frag_hdr fh;
+
+			if (bpf_skb_load_bytes(skb, off, &fh, sizeof(fh)))
+				return PARSE_MALFORMED;
+			if (fh.frag_off & bpf_htons(IP6_FRAG_OFFSET_MF))
+				return PARSE_IP;
+			nh = fh.nexthdr;
+			off += sizeof(fh);
+		} else if (ipv6_is_ext(nh)) {
+			struct ipv6_opt_hdr oh;
+
+			if (bpf_skb_load_bytes(skb, off, &oh, sizeof(oh)))
+				return PARSE_MALFORMED;
+			if (nh == IPPROTO_AH)
+				off += (oh.hdrlen + 2) * 4;
+			else
+				off += (oh.hdrlen + 1) * 8;
+			nh = oh.nexthdr;
+		} else {
+			break;
+		}
+	}
+	if (ipv6_is_ext(nh))
+		return PARSE_IP;
+	return load_ports(skb, off, nh, in->bytes + 32, has_ports);
+}
+
+SEC("socket")
+int rsspp_fanout(struct __sk_buff *skb)
+{
+	struct hash_input in = {};
+	struct flow_input f = {};
+	__u32 proto = skb->protocol;
+	__u32 off = 0, zero = 0, bucket;
+	int has_ports = 0, r;
+	struct key_table *t;
+	__u64 *word, old;
+
+	if (proto == bpf_htons(ETH_P_8021Q) || proto == bpf_htons(ETH_P_8021AD)) {
+		struct vlan_hdr vh;
+
+		if (bpf_skb_load_bytes(skb, 0, &vh, sizeof(vh)))
+			return 0;
+		proto = vh.encap_proto;
+		off = sizeof(vh);
+	}
+	if (proto == bpf_htons(ETH_P_IP)) {
+		r = parse_v4(skb, off, &in, &has_ports);
+	} else if (proto == bpf_htons(ETH_P_IPV6)) {
+		r = parse_v6(skb, off, &in, &has_ports);
+		f.ipv6 = 1;
+	} else {
+		return 0;
+	}
+	if (r != PARSE_IP)
+		return 0;
+	f.addrs = in.bytes;
+	if (has_ports)
+		f.ports = f.ipv6 ? in.bytes + 32 : in.bytes + 8;
+
+	t = bpf_map_lookup_elem(&rsspp_fanout_key, &zero);
+	if (!t)
+		return 0;
+	bucket = toeplitz_flow(t, &f) & bucket_mask;
+	word = bpf_map_lookup_elem(&rsspp_words, &bucket);
+	if (!word)
+		return 0;
+	old = __sync_fetch_and_add(word, 1);
+	return (__u32)(old >> WORD_OWNER_SHIFT);
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -1,0 +1,28 @@
+//! RSS++ for userspace packet processing: a sharded run-to-completion
+//! runtime on stock Linux.
+//!
+//! Worker threads, one per CPU, each receive their share of an interface's
+//! traffic through an AF_PACKET TPACKET_V3 ring; the share is decided per
+//! RSS bucket by an eBPF fanout program (`PACKET_FANOUT_EBPF`) that hashes
+//! each frame with Toeplitz and reads the bucket's owner from a table the
+//! controller writes. Each worker runs its frames to completion through a
+//! chain of [network functions](nf), with per-flow state kept in the flow
+//! table of the frame's bucket; the controller runs RSS++'s `ControlLoop`
+//! every round and moves buckets with their tables, in order-preserving
+//! handoffs ([`rsspp_core::state::marks`]).
+//!
+//! - [`afpacket`] and [`steer`]: the thin layer that reaches the kernel.
+//! - [`nf`]: the network-function trait and the built-in functions.
+//! - [`runtime`]: the controller, the workers' setup, the summary.
+
+pub mod afpacket;
+pub mod error;
+pub mod nf;
+pub mod runtime;
+pub mod steer;
+mod worker;
+
+pub use error::RuntimeError;
+pub use nf::{Chain, FlowRecord, NetworkFunction, Packet, Verdict};
+pub use runtime::{run, Config, Moves, Outcome, Summary, TableMode};
+pub use worker::WorkerReport;

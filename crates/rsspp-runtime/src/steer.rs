@@ -1,0 +1,203 @@
+//! The fanout program (`src/bpf/fanout.bpf.c`): loaded through its
+//! skeleton, its Toeplitz key table written, and its per-bucket words
+//! mapped into this process, where the controller reads the counts and
+//! switches owners with a compare-and-swap.
+
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{MapCore, MapFlags, MapHandle};
+use rsspp_core::flow::MAX_HASH_INPUT;
+use rsspp_core::{RssKey, Toeplitz};
+
+use crate::error::{Os, RuntimeError};
+
+mod skel {
+    include!(concat!(env!("OUT_DIR"), "/fanout.skel.rs"));
+}
+use skel::FanoutSkelBuilder;
+
+/// Bits of a word: the owner's fanout index above, the count below.
+const OWNER_SHIFT: u32 = 48;
+const COUNT_MASK: u64 = (1 << OWNER_SHIFT) - 1;
+
+/// Most buckets the program's table may have.
+pub const MAX_BUCKETS: usize = 1 << 16;
+
+/// The loaded program and its per-bucket words.
+#[derive(Debug)]
+pub struct Steering {
+    prog: OwnedFd,
+    _words_map: MapHandle,
+    words: *mut u64,
+    map_len: usize,
+    buckets: usize,
+}
+
+// SAFETY: the mapping is shared memory accessed only atomically.
+unsafe impl Send for Steering {}
+// SAFETY: as above.
+unsafe impl Sync for Steering {}
+
+impl Steering {
+    /// Loads the program for a table of `buckets` (a power of two) with the
+    /// Toeplitz `key`; every bucket starts on fanout member 0 with a count
+    /// of 0.
+    pub fn load(buckets: usize, key: &RssKey) -> Result<Self, RuntimeError> {
+        if !buckets.is_power_of_two() || buckets > MAX_BUCKETS {
+            return Err(RuntimeError::Config(format!(
+                "the table size must be a power of two up to {MAX_BUCKETS}, not {buckets}"
+            )));
+        }
+        route_libbpf_logs();
+        let bpf = |what| move |source| RuntimeError::Bpf { what, source };
+        let mut storage = MaybeUninit::uninit();
+        let mut open = FanoutSkelBuilder::default()
+            .open(&mut storage)
+            .map_err(bpf("opening the fanout program"))?;
+        let rodata = open
+            .maps
+            .rodata_data
+            .as_deref_mut()
+            .ok_or_else(|| RuntimeError::Config("the fanout program has no .rodata".into()))?;
+        rodata.bucket_mask = (buckets - 1) as u32;
+        open.maps
+            .rsspp_words
+            .set_max_entries(buckets as u32)
+            .map_err(bpf("sizing the bucket words"))?;
+        let skel = open.load().map_err(|source| {
+            if source.kind() == libbpf_rs::ErrorKind::PermissionDenied {
+                RuntimeError::NoPrivileges
+            } else {
+                RuntimeError::Bpf {
+                    what: "loading the fanout program",
+                    source,
+                }
+            }
+        })?;
+        skel.maps
+            .rsspp_fanout_key
+            .update(&0u32.to_ne_bytes(), &key_table(key), MapFlags::ANY)
+            .map_err(bpf("writing the key table"))?;
+        let prog = skel
+            .progs
+            .rsspp_fanout
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|source| {
+                RuntimeError::Os(Os {
+                    what: "duplicating the program fd",
+                    source,
+                })
+            })?;
+        let words_map =
+            MapHandle::try_from(&skel.maps.rsspp_words).map_err(bpf("taking the words map"))?;
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+        let map_len = (buckets * 8).div_ceil(page) * page;
+        // SAFETY: a shared mapping of an mmapable array map's fd, of its
+        // size rounded to pages; the result is checked.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                words_map.as_fd().as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(RuntimeError::Os(Os {
+                what: "mapping the bucket words",
+                source: std::io::Error::last_os_error(),
+            }));
+        }
+        Ok(Self {
+            prog,
+            _words_map: words_map,
+            words: ptr.cast(),
+            map_len,
+            buckets,
+        })
+    }
+
+    /// The program's fd, for `PACKET_FANOUT_DATA`.
+    pub fn prog_fd(&self) -> RawFd {
+        self.prog.as_raw_fd()
+    }
+
+    /// Number of buckets.
+    pub fn buckets(&self) -> usize {
+        self.buckets
+    }
+
+    fn word(&self, bucket: usize) -> &AtomicU64 {
+        assert!(bucket < self.buckets, "bucket {bucket} past the table");
+        // SAFETY: inside the mapping, 8-byte aligned (page-aligned base);
+        // the program updates it atomically too.
+        unsafe { AtomicU64::from_ptr(self.words.add(bucket)) }
+    }
+
+    /// Packets of `bucket` steered so far.
+    pub fn count(&self, bucket: usize) -> u64 {
+        self.word(bucket).load(Ordering::Relaxed) & COUNT_MASK
+    }
+
+    /// The fanout member `bucket` goes to.
+    pub fn owner(&self, bucket: usize) -> u16 {
+        (self.word(bucket).load(Ordering::Relaxed) >> OWNER_SHIFT) as u16
+    }
+
+    /// Sends `bucket` to fanout member `member` from now on; returns the
+    /// mark: how many of its packets were steered before the switch (all
+    /// of them to the previous member).
+    pub fn switch(&self, bucket: usize, member: u16) -> u64 {
+        let word = self.word(bucket);
+        let mut current = word.load(Ordering::Acquire);
+        loop {
+            let new = (u64::from(member) << OWNER_SHIFT) | (current & COUNT_MASK);
+            match word.compare_exchange_weak(current, new, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return current & COUNT_MASK,
+                Err(now) => current = now,
+            }
+        }
+    }
+}
+
+impl Drop for Steering {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `load`, unmapped once.
+        unsafe { libc::munmap(self.words.cast(), self.map_len) };
+    }
+}
+
+/// libbpf's own lines go to the log (debug): the errors that matter come
+/// back as [`RuntimeError`]s, which say it in one line.
+fn route_libbpf_logs() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        fn log(level: libbpf_rs::PrintLevel, message: String) {
+            tracing::debug!(target: "libbpf", ?level, "{}", message.trim_end());
+        }
+        libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Debug, log)));
+    });
+}
+
+/// The Toeplitz contribution of every byte value at every input position
+/// (the BPF `struct key_table` of rsspp-linux's toeplitz.h).
+fn key_table(key: &RssKey) -> Vec<u8> {
+    let t = Toeplitz::new(key.clone());
+    let mut input = [0u8; MAX_HASH_INPUT];
+    let mut out = Vec::with_capacity(MAX_HASH_INPUT * 256 * 4);
+    for pos in 0..MAX_HASH_INPUT {
+        for v in 0..=255u8 {
+            input[pos] = v;
+            out.extend_from_slice(&t.hash(&input[..=pos]).to_ne_bytes());
+        }
+        input[pos] = 0;
+    }
+    out
+}

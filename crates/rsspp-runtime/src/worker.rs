@@ -1,0 +1,419 @@
+//! One worker: a thread pinned to its CPU that polls its receive ring,
+//! runs each frame to completion through the network function with its
+//! flow's state, and transmits or drops it; between blocks it applies the
+//! controller's commands and takes over the buckets other workers hand it.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crossbeam_channel::{Receiver, Sender};
+use rsspp_core::state::marks::{Moving, Shard, Take};
+use rsspp_core::state::{FlowTable, SharedFlowTable};
+use rsspp_core::{bucket_of, FlowKey, Toeplitz};
+use rsspp_trace::parse::{parse_frame, LinkType};
+use rsspp_trace::FrameKind;
+use serde::Serialize;
+
+use crate::afpacket::{monotonic_ns, pin_to, Frame, RxRing, TxSocket};
+use crate::nf::{NetworkFunction, Packet, Verdict};
+
+/// What a bucket carries from worker to worker: its flow table, or nothing
+/// when the flow table is shared.
+pub(crate) type BucketState<S> = Option<FlowTable<S>>;
+
+/// A frame kept aside while its bucket's state is on its way.
+#[derive(Debug)]
+pub(crate) struct Parked {
+    data: Vec<u8>,
+    wire_len: u32,
+    timestamp_ns: u64,
+    key: FlowKey,
+    hash: u32,
+}
+
+/// The controller's word to a worker.
+#[derive(Debug)]
+pub(crate) enum ToWorker<S> {
+    /// The bucket is coming: park its packets (answered by
+    /// [`ToController::Expecting`]).
+    Expect { bucket: usize },
+    /// The steering switched the bucket to `to` after `mark` packets.
+    Release {
+        bucket: usize,
+        to: usize,
+        mark: u64,
+        immediate: bool,
+    },
+    /// Stop waiting for the bucket to drain.
+    Force { bucket: usize },
+    /// A bucket's state, from another worker.
+    Moving(Moving<BucketState<S>>),
+    /// Every bucket was switched to the parking member after these marks:
+    /// drain them and exit.
+    Finish { marks: Vec<u64> },
+}
+
+/// A worker's word to the controller.
+#[derive(Debug)]
+pub(crate) enum ToController {
+    /// Ready to park the bucket's packets.
+    Expecting { worker: usize },
+    /// Took the bucket over.
+    Accepted { bucket: usize, left_behind: u64 },
+    /// Refused a command (a bug): the message.
+    Refused { worker: usize, error: String },
+}
+
+/// Time a worker spent processing and waiting, for its load.
+#[derive(Debug, Default)]
+pub(crate) struct Clock {
+    pub busy_ns: AtomicU64,
+    pub idle_ns: AtomicU64,
+}
+
+/// A worker's totals, in the summary.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct WorkerReport {
+    /// Worker index.
+    pub worker: usize,
+    /// Its CPU.
+    pub cpu: u32,
+    /// Frames taken from its ring.
+    pub received: u64,
+    /// Frames transmitted.
+    pub forwarded: u64,
+    /// Frames dropped, by reason (the ring's own drops included).
+    pub dropped: BTreeMap<String, u64>,
+    /// Frames processed without flow state: their bucket had left this
+    /// worker before them (`--moves immediate`, or a move forced after a
+    /// drop).
+    pub stateless: u64,
+    /// Frames parked while their bucket's state was on its way.
+    pub parked: u64,
+    /// Buckets handed over once drained.
+    pub handed_over: u64,
+    /// Buckets handed over before they drained.
+    pub handed_over_early: u64,
+    /// Buckets taken over.
+    pub taken_over: u64,
+    /// Time processing, nanoseconds.
+    pub busy_ns: u64,
+    /// Time waiting for frames, nanoseconds.
+    pub idle_ns: u64,
+}
+
+/// Everything a worker needs, moved into its thread.
+pub(crate) struct Worker<N: NetworkFunction> {
+    pub index: usize,
+    pub cpu: u32,
+    pub ring: RxRing,
+    pub core: Core<N>,
+    pub rx: Receiver<ToWorker<N::State>>,
+}
+
+/// The worker's state apart from its ring (borrowed separately).
+pub(crate) struct Core<N: NetworkFunction> {
+    pub index: usize,
+    pub nf: N,
+    pub shard: Shard<BucketState<N::State>, Parked>,
+    pub shared: Option<Arc<SharedFlowTable<N::State>>>,
+    pub tx: Option<TxSocket>,
+    pub toeplitz: Toeplitz,
+    pub buckets: usize,
+    pub peers: Vec<Sender<ToWorker<N::State>>>,
+    pub controller: Sender<ToController>,
+    pub clock: Arc<Clock>,
+    pub report: WorkerReport,
+    /// States kept at the end (the final drain hands them to nobody).
+    pub finished: Vec<(usize, BucketState<N::State>)>,
+}
+
+/// A worker's result: its report, its network function, its flow states.
+pub(crate) struct Finished<N: NetworkFunction> {
+    pub report: WorkerReport,
+    pub nf: N,
+    pub states: Vec<(usize, BucketState<N::State>)>,
+}
+
+fn count(map: &mut BTreeMap<String, u64>, reason: &str) {
+    match map.get_mut(reason) {
+        Some(n) => *n += 1,
+        None => {
+            map.insert(reason.to_string(), 1);
+        }
+    }
+}
+
+/// Runs the function on a packet with the state its flow has in `table`.
+fn with_table<N: NetworkFunction>(
+    nf: &mut N,
+    table: &mut FlowTable<N::State>,
+    packet: &mut Packet<'_>,
+) -> Verdict {
+    let now = packet.timestamp_ns;
+    let state = table
+        .get_or_insert_with(&packet.key, packet.hash, now, || nf.new_flow(packet))
+        .state();
+    nf.process(packet, state)
+}
+
+impl<N: NetworkFunction> Core<N> {
+    /// One frame, to completion.
+    fn frame(&mut self, frame: Frame<'_>) {
+        self.report.received += 1;
+        let record = parse_frame(
+            LinkType::Ethernet,
+            frame.data,
+            frame.timestamp_ns,
+            frame.wire_len,
+        );
+        let key = match (record.kind, record.flow) {
+            (FrameKind::Ip, Some(key)) => key,
+            (FrameKind::Malformed, _) => return count(&mut self.report.dropped, "malformed"),
+            _ => return count(&mut self.report.dropped, "not_ip"),
+        };
+        let hash = self.toeplitz.hash_flow(&key);
+        let bucket = bucket_of(hash, self.buckets);
+        let mut packet = Packet {
+            data: frame.data,
+            wire_len: frame.wire_len,
+            key,
+            hash,
+            timestamp_ns: frame.timestamp_ns,
+        };
+        match self.shard.take(bucket) {
+            Take::Process(state) => {
+                let verdict = match (state, &self.shared) {
+                    (Some(table), _) => with_table(&mut self.nf, table, &mut packet),
+                    (None, Some(shared)) => {
+                        let nf = &mut self.nf;
+                        shared.with_stripe(hash, |table| with_table(nf, table, &mut packet))
+                    }
+                    (None, None) => unreachable!("a bucket without a table and no shared table"),
+                };
+                self.out(&packet, verdict);
+            }
+            Take::Park => {
+                let parked = Parked {
+                    data: packet.data.to_vec(),
+                    wire_len: packet.wire_len,
+                    timestamp_ns: packet.timestamp_ns,
+                    key,
+                    hash,
+                };
+                self.shard.park(bucket, parked);
+            }
+            Take::Stray => {
+                self.report.stateless += 1;
+                let verdict = self.nf.process(&mut packet, None);
+                self.out(&packet, verdict);
+            }
+        }
+    }
+
+    fn out(&mut self, packet: &Packet<'_>, verdict: Verdict) {
+        match verdict {
+            Verdict::Drop(why) => count(&mut self.report.dropped, why),
+            Verdict::Forward => match self.tx.as_mut().map(|tx| tx.send(packet.data)) {
+                Some(true) => self.report.forwarded += 1,
+                Some(false) => count(&mut self.report.dropped, "tx_error"),
+                None => count(&mut self.report.dropped, "sink"),
+            },
+        }
+    }
+
+    /// Processes the frames parked for a bucket just taken over.
+    fn replay(&mut self, bucket: usize, parked: impl IntoIterator<Item = Parked>) {
+        for mut p in parked {
+            let mut packet = Packet {
+                data: &mut p.data,
+                wire_len: p.wire_len,
+                key: p.key,
+                hash: p.hash,
+                timestamp_ns: p.timestamp_ns,
+            };
+            let verdict = match self.shard.take(bucket) {
+                Take::Process(Some(table)) => with_table(&mut self.nf, table, &mut packet),
+                Take::Process(None) => {
+                    let nf = &mut self.nf;
+                    let shared = self.shared.as_ref().expect("shared table");
+                    shared.with_stripe(p.hash, |table| with_table(nf, table, &mut packet))
+                }
+                Take::Park | Take::Stray => unreachable!("bucket {bucket} was just taken over"),
+            };
+            self.out(&packet, verdict);
+        }
+    }
+
+    /// Sends the states that left to their new owners (or keeps them, in
+    /// the final drain).
+    fn deliver(&mut self) {
+        self.shard.settle();
+        let released: Vec<_> = self.shard.take_released().collect();
+        for m in released {
+            if m.to == self.index {
+                self.finished.push((m.bucket, m.state));
+            } else {
+                // A peer that is gone has exited: nothing to deliver to.
+                let _ = self.peers[m.to].send(ToWorker::Moving(m));
+            }
+        }
+    }
+
+    fn refused(&self, error: impl ToString) {
+        let _ = self.controller.send(ToController::Refused {
+            worker: self.index,
+            error: error.to_string(),
+        });
+    }
+
+    /// Applies one message; returns the final marks when told to finish.
+    fn message(&mut self, msg: ToWorker<N::State>) -> Option<Vec<u64>> {
+        match msg {
+            ToWorker::Expect { bucket } => match self.shard.expect(bucket) {
+                Ok(()) => {
+                    let _ = self
+                        .controller
+                        .send(ToController::Expecting { worker: self.index });
+                }
+                Err(e) => self.refused(e),
+            },
+            ToWorker::Release {
+                bucket,
+                to,
+                mark,
+                immediate,
+            } => {
+                if let Err(e) = self.shard.release(bucket, to, mark, immediate) {
+                    self.refused(e);
+                }
+            }
+            ToWorker::Force { bucket } => {
+                self.shard.force(bucket);
+            }
+            ToWorker::Moving(m) => {
+                let (bucket, left_behind) = (m.bucket, m.left_behind);
+                match self.shard.accept(m) {
+                    Ok(parked) => {
+                        self.replay(bucket, parked);
+                        let _ = self.controller.send(ToController::Accepted {
+                            bucket,
+                            left_behind,
+                        });
+                    }
+                    Err((e, _)) => self.refused(e),
+                }
+            }
+            ToWorker::Finish { marks } => return Some(marks),
+        }
+        self.deliver();
+        None
+    }
+}
+
+/// How long the final drain waits for frames still due, with the ring
+/// empty, before it gives up on them (dropped by the ring, or late).
+const FINISH_GRACE_NS: u64 = 200_000_000;
+
+impl<N: NetworkFunction> Worker<N> {
+    /// The worker's loop, until the controller's `Finish` has drained.
+    pub(crate) fn run(self) -> Finished<N> {
+        let Worker {
+            index,
+            cpu,
+            mut ring,
+            mut core,
+            rx,
+        } = self;
+        if let Err(e) = pin_to(cpu) {
+            tracing::warn!("worker {index}: {e}; running unpinned");
+        }
+        let mut finishing: Option<u64> = None;
+        // The moves' counters, before the final drain's.
+        let mut stats = None;
+        let mut last = monotonic_ns();
+        loop {
+            while let Ok(msg) = rx.try_recv() {
+                if let Some(marks) = core.message(msg) {
+                    stats = Some(core.shard.stats());
+                    // Every bucket still here leaves for nowhere once its
+                    // last frame before the final switch is processed.
+                    let owned: Vec<usize> = core.shard.states().map(|(b, _)| b).collect();
+                    for b in owned {
+                        if !core.shard.releasing().contains(&b) {
+                            let _ = core.shard.release(b, index, marks[b], false);
+                        }
+                    }
+                    core.deliver();
+                    finishing = Some(monotonic_ns());
+                }
+            }
+            let n = ring.next_block(|frame| core.frame(frame));
+            let now = monotonic_ns();
+            // Time since `last` (messages, this block) was work when a block
+            // came, polling otherwise.
+            if n > 0 {
+                core.clock
+                    .busy_ns
+                    .fetch_add(now.saturating_sub(last), Ordering::Relaxed);
+                core.deliver();
+                if finishing.is_some() {
+                    finishing = Some(now);
+                }
+            } else {
+                core.clock
+                    .idle_ns
+                    .fetch_add(now.saturating_sub(last), Ordering::Relaxed);
+                if let Some(since) = finishing {
+                    let done = core.shard.releasing().is_empty();
+                    if done || now.saturating_sub(since) > FINISH_GRACE_NS {
+                        for b in core.shard.releasing().to_vec() {
+                            core.shard.force(b);
+                        }
+                        core.deliver();
+                        break;
+                    }
+                }
+                ring.wait(1);
+                let waited = monotonic_ns();
+                core.clock
+                    .idle_ns
+                    .fetch_add(waited.saturating_sub(now), Ordering::Relaxed);
+                last = waited;
+                continue;
+            }
+            last = now;
+        }
+        let ring_drops = ring.drops();
+        if ring_drops > 0 {
+            core.report.dropped.insert("ring_full".into(), ring_drops);
+        }
+        let stats = stats.unwrap_or_else(|| core.shard.stats());
+        core.report.parked = stats.parked;
+        core.report.handed_over = stats.drained;
+        core.report.handed_over_early = stats.early;
+        core.report.taken_over = stats.accepted;
+        core.report.busy_ns = core.clock.busy_ns.load(Ordering::Relaxed);
+        core.report.idle_ns = core.clock.idle_ns.load(Ordering::Relaxed);
+        let Core {
+            nf,
+            shard,
+            mut report,
+            mut finished,
+            ..
+        } = core;
+        let (states, parked) = shard.into_parts();
+        if !parked.is_empty() {
+            report
+                .dropped
+                .insert("stranded".into(), parked.len() as u64);
+        }
+        finished.extend(states);
+        Finished {
+            report,
+            nf,
+            states: finished,
+        }
+    }
+}

@@ -1,0 +1,205 @@
+//! `rsspp nf`: network functions on the userspace runtime. Parses the
+//! options, calls `rsspp_runtime::run`, writes the flows and prints the
+//! summary.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use rsspp_linux::cpu::CpuList;
+use rsspp_runtime::{Chain, Config, Moves, TableMode};
+
+use crate::error::CliError;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum BackendArg {
+    /// AF_PACKET TPACKET_V3 rings in a fanout group steered by an eBPF
+    /// program: any interface, veth included.
+    Afpacket,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum TableArg {
+    /// One flow table per RSS bucket, moved with the bucket.
+    PerBucket,
+    /// One lock-striped flow table for all workers (the paper's baseline).
+    Shared,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum MovesArg {
+    /// The new worker takes a moved bucket over once the old one has
+    /// processed every packet of it sent there: no reordering.
+    Ordered,
+    /// At once: packets still queued at the old worker are processed there
+    /// without flow state and may overtake later ones.
+    Immediate,
+}
+
+/// `rsspp nf` options.
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  \
+rsspp nf --in veth1 --cpus 0-3 --duration 10 --json\n  \
+rsspp nf --in eth0 --out eth1 --cpus 2,3 --chain monitor --flows-out flows.jsonl")]
+pub struct NfArgs {
+    /// Interface to receive from.
+    #[arg(long = "in", value_name = "IFACE")]
+    input: String,
+    /// Interface to transmit to, frames unchanged but for what a function
+    /// rewrites; without it, frames are dropped after processing.
+    #[arg(long = "out", value_name = "IFACE")]
+    output: Option<String>,
+    /// CPUs to run one worker each on (e.g. 0-3,8).
+    #[arg(long, value_name = "LIST")]
+    cpus: String,
+    /// Network functions, in order (known: monitor).
+    #[arg(long, default_value = "monitor", value_name = "NF,...")]
+    chain: String,
+    /// I/O backend.
+    #[arg(long, value_enum, default_value_t = BackendArg::Afpacket)]
+    backend: BackendArg,
+    /// Where the per-flow state lives.
+    #[arg(long, value_enum, default_value_t = TableArg::PerBucket)]
+    table: TableArg,
+    /// Move this many random buckets every round, whatever the load.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    churn: usize,
+    /// Seed of --churn's choices.
+    #[arg(long, default_value_t = 1)]
+    churn_seed: u64,
+    /// How moved buckets change worker.
+    #[arg(long, value_enum, default_value_t = MovesArg::Ordered)]
+    moves: MovesArg,
+    /// Do not rebalance (the table changes only by --churn).
+    #[arg(long)]
+    no_balance: bool,
+    /// Buckets in the indirection table (a power of two).
+    #[arg(long, default_value_t = 128, value_name = "N")]
+    buckets: usize,
+    /// Milliseconds between rounds.
+    #[arg(long, default_value_t = 100, value_name = "MS")]
+    interval_ms: u64,
+    /// Stop after this many seconds (default: until SIGINT/SIGTERM).
+    #[arg(long, value_name = "S")]
+    duration: Option<f64>,
+    /// Write one JSON line per flow on exit (the monitor's counts).
+    #[arg(long, value_name = "FILE")]
+    flows_out: Option<PathBuf>,
+    /// Print the summary as JSON on exit.
+    #[arg(long)]
+    json: bool,
+}
+
+fn check(args: &NfArgs) -> Result<Config, CliError> {
+    let list: CpuList = args.cpus.parse()?;
+    if list.is_empty() {
+        return Err(CliError::Invalid("--cpus names no CPU".into()));
+    }
+    list.check_online(&CpuList::online()?)?;
+    if !args.buckets.is_power_of_two() || args.buckets > rsspp_runtime::steer::MAX_BUCKETS {
+        return Err(CliError::OutOfRange {
+            flag: "--buckets",
+            expected: format!("a power of two up to {}", rsspp_runtime::steer::MAX_BUCKETS).into(),
+            value: args.buckets.to_string(),
+        });
+    }
+    if args.interval_ms == 0 {
+        return Err(CliError::OutOfRange {
+            flag: "--interval-ms",
+            expected: "at least 1".into(),
+            value: "0".into(),
+        });
+    }
+    let duration = match args.duration {
+        Some(s) if !(s.is_finite() && s > 0.0) => {
+            return Err(CliError::OutOfRange {
+                flag: "--duration",
+                expected: "a positive number of seconds".into(),
+                value: s.to_string(),
+            })
+        }
+        Some(s) => Some(Duration::from_secs_f64(s)),
+        None => None,
+    };
+    if let Some(path) = &args.flows_out {
+        crate::atomic::check_destination(path)?;
+    }
+    let BackendArg::Afpacket = args.backend;
+    let mut config = Config::new(args.input.clone(), list.cpus().to_vec());
+    config.output = args.output.clone();
+    config.table = match args.table {
+        TableArg::PerBucket => TableMode::PerBucket,
+        TableArg::Shared => TableMode::Shared,
+    };
+    config.moves = match args.moves {
+        MovesArg::Ordered => Moves::Ordered,
+        MovesArg::Immediate => Moves::Immediate,
+    };
+    config.balance = !args.no_balance;
+    config.churn = args.churn;
+    config.churn_seed = args.churn_seed;
+    config.buckets = args.buckets;
+    config.control.interval = Duration::from_millis(args.interval_ms);
+    config.control.max_interval = config.control.max_interval.max(config.control.interval);
+    config.duration = duration;
+    Ok(config)
+}
+
+/// Runs `rsspp nf`.
+pub fn run(args: &NfArgs) -> Result<(), CliError> {
+    // The chain first: an unknown function is refused before anything is
+    // created.
+    let chain = Chain::parse(&args.chain)?;
+    let config = check(args)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    for signal in [SIGINT, SIGTERM, SIGHUP] {
+        signal_hook::flag::register(signal, Arc::clone(&stop))
+            .map_err(|e| CliError::Invalid(format!("cannot handle signal {signal}: {e}")))?;
+    }
+    let outcome = rsspp_runtime::run(&config, |_| chain.clone(), &stop)?;
+    if let Some(path) = &args.flows_out {
+        let mut text = String::new();
+        for flow in &outcome.flows {
+            text.push_str(&serde_json::to_string(flow).expect("a flow record serialises"));
+            text.push('\n');
+        }
+        crate::atomic::write(path, text.as_bytes())?;
+    }
+    let s = &outcome.summary;
+    let mut stdout = std::io::stdout().lock();
+    let written = if args.json {
+        writeln!(
+            stdout,
+            "{}",
+            serde_json::to_string(s).expect("the summary serialises")
+        )
+    } else {
+        let dropped: u64 = s.dropped.values().sum();
+        writeln!(
+            stdout,
+            "received {}, forwarded {}, dropped {} {:?}, {} bucket moves in {} rounds ({} drained, {} early)",
+            s.received,
+            s.forwarded,
+            dropped,
+            s.dropped,
+            s.migrations,
+            s.rounds,
+            s.handoffs.drained,
+            s.handoffs.early
+        )
+    };
+    written.map_err(|e| {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            CliError::BrokenPipe
+        } else {
+            CliError::Io {
+                path: "stdout".into(),
+                source: e,
+            }
+        }
+    })
+}
