@@ -182,6 +182,17 @@ impl Toeplitz {
         &self.key
     }
 
+    /// The precomputed table as native-endian bytes, row by row: entry
+    /// `(pos, v)` is the hash of byte `v` preceded by `pos` zero bytes (by
+    /// linearity, a hash is the XOR of its bytes' entries). The BPF programs
+    /// hash with this table (their `struct key_table`).
+    pub fn table_ne_bytes(&self) -> Vec<u8> {
+        self.table
+            .iter()
+            .flat_map(|row| row.iter().flat_map(|w| w.to_ne_bytes()))
+            .collect()
+    }
+
     /// Hash of raw input bytes (at most 36).
     ///
     /// # Panics
@@ -433,5 +444,27 @@ mod tests {
         let t = Toeplitz::default();
         let f = flow("66.9.149.187", "161.142.100.80", Some((2794, 1766)));
         assert_ne!(t.hash_flow(&f), t.hash_flow(&f.reversed()));
+    }
+
+    #[test]
+    fn the_byte_table_holds_each_byte_contribution() {
+        for key in [
+            RssKey::microsoft(),
+            RssKey::new((0..40u32).map(|i| (i * 37 + 11) as u8).collect::<Vec<u8>>()).unwrap(),
+        ] {
+            let table = Toeplitz::new(key.clone()).table_ne_bytes();
+            assert_eq!(table.len(), MAX_HASH_INPUT * 256 * 4);
+            let word = |pos: usize, v: usize| {
+                let i = (pos * 256 + v) * 4;
+                u32::from_ne_bytes(table[i..i + 4].try_into().unwrap())
+            };
+            for pos in [0, 1, 7, 8, 31, 35] {
+                for v in [0usize, 1, 0x80, 0xa5, 0xff] {
+                    let mut input = vec![0u8; pos + 1];
+                    input[pos] = v as u8;
+                    assert_eq!(word(pos, v), hash_reference(&key, &input), "{pos} {v}");
+                }
+            }
+        }
     }
 }

@@ -779,6 +779,23 @@ fn describe(iface: &str, ifindex: u32) -> Option<Attached> {
     })
 }
 
+/// `iface` alone, or else the interfaces that have a directory under
+/// `root` for this network namespace (pins, state).
+fn iface_dirs(root: &str, iface: Option<&str>) -> Vec<String> {
+    if let Some(name) = iface {
+        return vec![name.to_string()];
+    }
+    fs::read_dir(Path::new(root).join(scope()))
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.path().is_dir())
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|n| !n.starts_with("netns-"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// What rsspp has attached in the calling thread's network namespace, on
 /// `iface` only if given: the interfaces with an `xdp_rsspp_*` program,
 /// and the pins that no longer attach anything.
@@ -797,18 +814,7 @@ pub fn status(iface: Option<&str>) -> Result<Status, LifecycleError> {
             status.attached.push(a);
         }
     }
-    let dirs: Vec<String> = match iface {
-        Some(name) => vec![name.to_string()],
-        None => fs::read_dir(Path::new(PIN_ROOT).join(scope()))
-            .map(|d| {
-                d.flatten()
-                    .filter(|e| e.path().is_dir())
-                    .filter_map(|e| e.file_name().into_string().ok())
-                    .filter(|n| !n.starts_with("netns-"))
-                    .collect()
-            })
-            .unwrap_or_default(),
-    };
+    let dirs = iface_dirs(PIN_ROOT, iface);
     for name in dirs {
         let path = pin_dir(&name).join("link");
         if !path.exists() {
@@ -822,19 +828,7 @@ pub fn status(iface: Option<&str>) -> Result<Status, LifecycleError> {
             status.stale.push(StalePin { iface: name, path });
         }
     }
-    let saved: Vec<String> = match iface {
-        Some(name) => vec![name.to_string()],
-        None => fs::read_dir(Path::new(STATE_ROOT).join(scope()))
-            .map(|d| {
-                d.flatten()
-                    .filter(|e| e.path().is_dir())
-                    .filter_map(|e| e.file_name().into_string().ok())
-                    .filter(|n| !n.starts_with("netns-"))
-                    .collect()
-            })
-            .unwrap_or_default(),
-    };
-    for name in saved {
+    for name in iface_dirs(STATE_ROOT, iface) {
         if let Some(t) = SavedTable::read(&name).filter(|t| !alive(t.pid)) {
             status.left_tables.push(LeftTable {
                 iface: name,

@@ -9,7 +9,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
-use rsspp_core::flow::MAX_HASH_INPUT;
 use rsspp_core::{RssKey, Toeplitz};
 
 use crate::error::{Os, RuntimeError};
@@ -79,7 +78,11 @@ impl Steering {
         })?;
         skel.maps
             .rsspp_fanout_key
-            .update(&0u32.to_ne_bytes(), &key_table(key), MapFlags::ANY)
+            .update(
+                &0u32.to_ne_bytes(),
+                &Toeplitz::new(key.clone()).table_ne_bytes(),
+                MapFlags::ANY,
+            )
             .map_err(bpf("writing the key table"))?;
         let prog = skel
             .progs
@@ -184,20 +187,4 @@ fn route_libbpf_logs() {
         }
         libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Debug, log)));
     });
-}
-
-/// The Toeplitz contribution of every byte value at every input position
-/// (the BPF `struct key_table` of rsspp-linux's toeplitz.h).
-fn key_table(key: &RssKey) -> Vec<u8> {
-    let t = Toeplitz::new(key.clone());
-    let mut input = [0u8; MAX_HASH_INPUT];
-    let mut out = Vec::with_capacity(MAX_HASH_INPUT * 256 * 4);
-    for pos in 0..MAX_HASH_INPUT {
-        for v in 0..=255u8 {
-            input[pos] = v;
-            out.extend_from_slice(&t.hash(&input[..=pos]).to_ne_bytes());
-        }
-        input[pos] = 0;
-    }
-    out
 }

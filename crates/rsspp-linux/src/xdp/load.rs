@@ -13,7 +13,7 @@ use libbpf_rs::libbpf_sys;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{ErrorKind, MapHandle, MapType, ProgramType};
 use rsspp_core::flow::MAX_HASH_INPUT;
-use rsspp_core::{RssKey, Toeplitz};
+use rsspp_core::Toeplitz;
 
 use super::{
     AttachMode, Kind, Maps, Program, Xdp, XdpError, XdpErrorKind, XdpOptions, HANDOFF_GUARD,
@@ -116,7 +116,7 @@ impl Xdp {
         xdp.update(
             &xdp.maps.key,
             0,
-            &key_table(&opts.key),
+            &Toeplitz::new(opts.key.clone()).table_ne_bytes(),
             "writing the key table",
         )?;
         if let Some((cpus, queue, ordered)) = steer {
@@ -198,23 +198,6 @@ fn ifindex_of(iface: &str) -> Result<u32, XdpError> {
         0 => Err(unknown()),
         index => Ok(index),
     }
-}
-
-/// The Toeplitz contribution of every byte value at every input position
-/// (the BPF `struct key_table`): by linearity, the hash of `v` preceded by
-/// `i` zero bytes.
-fn key_table(key: &RssKey) -> Vec<u8> {
-    let t = Toeplitz::new(key.clone());
-    let mut input = [0u8; MAX_HASH_INPUT];
-    let mut out = Vec::with_capacity(MAX_HASH_INPUT * 256 * 4);
-    for pos in 0..MAX_HASH_INPUT {
-        for v in 0..=255u8 {
-            input[pos] = v;
-            out.extend_from_slice(&t.hash(&input[..=pos]).to_ne_bytes());
-        }
-        input[pos] = 0;
-    }
-    out
 }
 
 /// Opens the object, sets its read-only globals to `settings`, loads the
@@ -381,32 +364,4 @@ fn load_error(iface: &str, kind: Kind, source: libbpf_rs::Error) -> XdpError {
         XdpErrorKind::Bpf { what, source }
     };
     XdpError::new(iface, kind)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use rsspp_core::toeplitz::hash_reference;
-
-    #[test]
-    fn key_table_holds_each_byte_contribution() {
-        for key in [
-            RssKey::microsoft(),
-            RssKey::new((0..40u32).map(|i| (i * 37 + 11) as u8).collect::<Vec<u8>>()).unwrap(),
-        ] {
-            let table = key_table(&key);
-            assert_eq!(table.len(), MAX_HASH_INPUT * 256 * 4);
-            let word = |pos: usize, v: usize| {
-                let i = (pos * 256 + v) * 4;
-                u32::from_ne_bytes(table[i..i + 4].try_into().unwrap())
-            };
-            for pos in [0, 1, 7, 8, 31, 35] {
-                for v in [0usize, 1, 0x80, 0xa5, 0xff] {
-                    let mut input = vec![0u8; pos + 1];
-                    input[pos] = v as u8;
-                    assert_eq!(word(pos, v), hash_reference(&key, &input), "{pos} {v}");
-                }
-            }
-        }
-    }
 }
