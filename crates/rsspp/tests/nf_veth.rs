@@ -336,6 +336,9 @@ fn ordered_moves_lose_no_state_and_keep_every_flow_in_order() {
     assert_eq!(s["handoffs"]["early"], 0, "{s}");
     // No state lost or duplicated across the moves.
     assert_eq!(r.monitor, r.trace_counts, "{s}");
+    for w in s["workers"].as_array().unwrap() {
+        assert_eq!(w["stateless"], 0, "a frame ran without its state: {s}");
+    }
     // What came out: every frame once, every flow in order.
     let out: u64 = r.got.values().map(|v| v.len() as u64).sum();
     assert_eq!(out, forwarded, "{s}");
@@ -368,6 +371,13 @@ fn immediate_moves_reorder_flows() {
         .map(|w| w["stateless"].as_u64().unwrap())
         .sum();
     eprintln!("immediate moves: {late} frames out of order, {stateless} without state");
-    assert!(late > 0, "no reordering without the handoff: {s}");
-    assert!(stateless > 0, "{s}");
+    // Frames run without their flow's state every time; whether one also
+    // overtakes another at the receiver depends on the two workers'
+    // timing (on a busy 2-CPU host it may not), and then the monitor's
+    // totals, kept in the state, come out wrong instead.
+    assert!(stateless > 0, "no frame ran without its state: {s}");
+    assert!(
+        late > 0 || r.monitor != r.trace_counts,
+        "neither reordering nor lost state without the handoff: {s}"
+    );
 }
