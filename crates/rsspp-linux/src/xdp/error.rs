@@ -73,7 +73,7 @@ pub enum XdpErrorKind {
     #[error("no such interface in this network namespace")]
     UnknownInterface,
     /// Missing privileges.
-    #[error("{what}: {source}: run as root (needs CAP_BPF and CAP_NET_ADMIN)")]
+    #[error("{what}: {source}: run as root (needs CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN)")]
     Permission {
         /// What was refused.
         what: &'static str,
