@@ -8,7 +8,7 @@ mod error;
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::error::CliError;
 
@@ -61,6 +61,11 @@ enum Command {
     /// Remove rsspp's XDP program from an interface (a kept one, or one a
     /// killed daemon left), with its pins; refuses another program.
     Detach(cmd::status::DetachArgs),
+    /// Write the man pages (rsspp.1 and one per subcommand) into a directory.
+    Manpages(cmd::docs::ManpagesArgs),
+    /// Print the shell completion script for bash, zsh, fish, elvish or
+    /// PowerShell.
+    Completions(cmd::docs::CompletionsArgs),
 }
 
 /// Logs go to stderr: warnings by default, and for the daemon also what
@@ -133,6 +138,8 @@ fn main() -> ExitCode {
         Command::Nic(args) => cmd::nic::run(args),
         Command::Status(args) => cmd::status::status(args),
         Command::Detach(args) => cmd::status::detach(args),
+        Command::Manpages(args) => cmd::docs::manpages(args, Cli::command()),
+        Command::Completions(args) => cmd::docs::completions(args, Cli::command()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

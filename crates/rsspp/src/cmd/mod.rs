@@ -4,6 +4,7 @@ pub mod balance;
 pub mod bench;
 pub mod compare;
 pub mod demo;
+pub mod docs;
 pub mod hash;
 pub mod nf;
 pub mod nic;
