@@ -245,3 +245,91 @@ fn the_daemon_runs_with_the_units_capabilities_and_not_fewer() {
         );
     }
 }
+
+#[test]
+fn the_debian_package_installs_and_its_daemon_runs() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!(
+            "skipping: installing a package and running the daemon need root (CI runs as root)"
+        );
+        return;
+    }
+    let dir = scratch("deb");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/deb");
+    let out = tool(
+        Command::new(script)
+            .args(["--binary", RSSPP, "--out"])
+            .arg(dir.join("out")),
+    );
+    let deb = PathBuf::from(out.lines().last().expect("the package's path").trim());
+    assert!(deb.exists(), "{out}");
+    // Installed with dpkg into an empty root of its own.
+    let root = dir.join("root");
+    for d in ["var/lib/dpkg/info", "var/lib/dpkg/updates"] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+    }
+    std::fs::write(root.join("var/lib/dpkg/status"), "").unwrap();
+    tool(
+        Command::new("dpkg")
+            .arg(format!("--root={}", root.display()))
+            .args(["--force-depends", "--force-script-chrootless", "-i"])
+            .arg(&deb),
+    );
+    let listed = tool(
+        Command::new("dpkg-query")
+            .arg(format!(
+                "--admindir={}",
+                root.join("var/lib/dpkg").display()
+            ))
+            .args(["-L", "rsspp"]),
+    );
+    for file in [
+        "/usr/bin/rsspp",
+        "/lib/systemd/system/rsspp@.service",
+        "/usr/share/man/man1/rsspp-run.1.gz",
+        "/usr/share/bash-completion/completions/rsspp",
+        "/usr/share/rsspp/prometheus/rsspp-alerts.yml",
+        "/usr/share/rsspp/grafana/rsspp.json",
+        "/usr/share/doc/rsspp/copyright",
+    ] {
+        assert!(
+            listed.lines().any(|l| l == file),
+            "{file} not in the package:\n{listed}"
+        );
+        assert!(root.join(&file[1..]).exists(), "{file} not installed");
+    }
+    // The installed daemon, started as the installed unit starts it: its
+    // ExecStart, with its capabilities only, on a veth.
+    let unit = std::fs::read_to_string(root.join("lib/systemd/system/rsspp@.service")).unwrap();
+    let exec = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecStart="))
+        .expect("ExecStart=");
+    let argv: Vec<String> = exec
+        .replace(
+            "/usr/bin/rsspp",
+            &root.join("usr/bin/rsspp").display().to_string(),
+        )
+        .replace("%i", "veth1")
+        .replace("$RSSPP_ARGS", "--duration 1 --metrics-addr 127.0.0.1:19465")
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    let caps: Vec<String> = unit_capabilities()
+        .iter()
+        .map(|c| format!("+{c}"))
+        .collect();
+    let ns = netns::Netns::with_veth("deb");
+    ns.ip(&["link", "set", "lo", "up"]);
+    let out = Command::new("ip")
+        .args(["netns", "exec", &ns.name, "setpriv"])
+        .arg(format!("--bounding-set=-all,{}", caps.join(",")))
+        .args(&argv)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{argv:?}:\n{stderr}");
+    assert!(stderr.contains("stopping rounds="), "{stderr}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
