@@ -70,13 +70,14 @@ fn once_prints_the_heatmap_rows_and_the_table_without_escapes() {
         "{text}"
     );
     assert!(text.contains("imbalance 150%"), "{text}");
-    // Two samples: one heat column each, block height = load; the counters
-    // did not move between them, so 0 packets/s and 0 drops/s.
+    // Two samples: one heat column each, block height = load; the daemon
+    // ran no round between them (the snapshot stands still), so no rate is
+    // known: "-", not a rate of 0.
     for row in [
-        "cpu 0 │██│  100%          0        0       16",
-        "cpu 1 │  │    0%          0        0       15",
-        "cpu 2 │▄▄│   50%          0        0       16",
-        "cpu 3 │▂▂│   25%          0        0       17",
+        "cpu 0 │██│  100%          -        -       16",
+        "cpu 1 │  │    0%          -        -       15",
+        "cpu 2 │▄▄│   50%          -        -       16",
+        "cpu 3 │▂▂│   25%          -        -       17",
     ] {
         assert!(text.contains(row), "no row {row:?} in:\n{text}");
     }

@@ -32,7 +32,7 @@ use scrape::{fetch, DaemonSample};
 #[command(after_help = "Keys: q, Esc or Ctrl-C quit.\n\n\
 Examples:\n  rsspp top                       # the daemon on the default address\n  \
 rsspp top --metrics-addr 10.0.0.5:9464 --interval-ms 250\n  \
-rsspp top --once                # one plain frame (two samples apart), for scripts")]
+rsspp top --once                # one plain frame (rates over one of the daemon's rounds), for scripts")]
 pub struct TopArgs {
     /// Where the daemon serves its metrics (`rsspp run --metrics-addr`).
     #[arg(long, default_value = "127.0.0.1:9464", value_name = "HOST:PORT")]
@@ -188,11 +188,29 @@ pub fn run(args: &TopArgs) -> Result<(), CliError> {
     live(addr, &args.metrics_addr, every, history).map_err(CliError::from)
 }
 
+/// One frame: rates need two of the daemon's rounds, so after the first
+/// sample it samples every `every` until the daemon has run another round,
+/// or twice its interval has passed (at least `every`, at most 5 s: a
+/// daemon that runs no round shows no rates rather than zeros).
 fn once(addr: SocketAddr, shown: &str, every: Duration) -> Result<(), CliError> {
     let mut history = History::new(2);
-    history.push(Instant::now(), sample(addr, every)?);
-    std::thread::sleep(every);
-    history.push(Instant::now(), sample(addr, every)?);
+    let first = sample(addr, every)?;
+    let wait = first
+        .interval_seconds
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .map_or(every, |s| Duration::from_secs_f64(2.0 * s.min(5.0)))
+        .clamp(every, Duration::from_secs(5));
+    let (start, rounds) = (Instant::now(), first.rounds);
+    history.push(start, first);
+    loop {
+        std::thread::sleep(every);
+        let next = sample(addr, every)?;
+        let new_round = next.rounds != rounds;
+        history.push(Instant::now(), next);
+        if new_round || start.elapsed() >= wait {
+            break;
+        }
+    }
     let frame = draw(
         &history,
         &View {

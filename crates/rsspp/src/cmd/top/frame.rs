@@ -566,10 +566,9 @@ mod tests {
         let t0 = Instant::now();
         let mut h = History::new(100);
         h.push(t0, sample(&[(0, 0.0, 0), (1, 1.0, 0)], &[0, 1, 0, 1]));
-        h.push(
-            t0 + Duration::from_secs(1),
-            sample(&[(0, 0.5, 2000), (1, 1.0, 5000)], &[0, 1, 0, 0]),
-        );
+        let mut later = sample(&[(0, 0.5, 2000), (1, 1.0, 5000)], &[0, 1, 0, 0]);
+        later.rounds += 10;
+        h.push(t0 + Duration::from_secs(1), later);
         h
     }
 
@@ -611,6 +610,7 @@ mod tests {
         let mut b = sample(&[(0, 1.0, 9000), (1, 0.2, 1000)], &[]);
         b.cpus[0].dropped_total = Some(1600);
         b.cpus[1].dropped_total = Some(0);
+        b.rounds += 20;
         h.push(t0, a);
         h.push(t0 + Duration::from_secs(2), b);
         let text = draw(&h, &view(None, false)).plain();

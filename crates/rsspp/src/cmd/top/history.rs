@@ -84,7 +84,11 @@ impl History {
         }
     }
 
-    /// Adds a sample taken at `at`.
+    /// Adds a sample taken at `at`. The daemon publishes its counters once
+    /// a round, and its rounds back off to one a second when balanced: a
+    /// sample from the same round as the last one adds its column but keeps
+    /// the rates (they would read 0, then twice the truth), which are taken
+    /// between the first samples of successive rounds.
     pub fn push(&mut self, at: Instant, sample: DaemonSample) {
         if self.columns.len() == self.capacity {
             self.columns.pop_front();
@@ -92,6 +96,13 @@ impl History {
         self.columns.push_back(Column {
             loads: sample.cpus.iter().map(|c| (c.cpu, c.load)).collect(),
         });
+        if self
+            .latest
+            .as_ref()
+            .is_some_and(|(_, before)| before.rounds == sample.rounds && sample.rounds > 0)
+        {
+            return;
+        }
         self.delta = self
             .latest
             .as_ref()
@@ -218,6 +229,30 @@ mod tests {
         assert_eq!(d.rounds, 6);
         assert!((d.mean_round_seconds.unwrap() - 1e-5).abs() < 1e-12);
         assert_eq!(d.moved, vec![false, true, false, false]);
+    }
+
+    #[test]
+    fn samples_within_one_round_keep_the_rates_of_the_last_rounds() {
+        // Rounds one second apart (backed off), samples every 250 ms: the
+        // rate stays 1000/s instead of flickering 0, 4000, 0, 0.
+        let t0 = Instant::now();
+        let mut h = History::new(10);
+        let at = |ms| t0 + Duration::from_millis(ms);
+        let round = |packets: u64, rounds: u64| {
+            let mut s = sample(&[(0, packets)], &[0], 1);
+            s.rounds = rounds;
+            s
+        };
+        h.push(at(0), round(0, 5));
+        h.push(at(1000), round(1000, 6));
+        assert_eq!(h.delta().unwrap().rate(0), Some(1000.0));
+        for ms in [1250, 1500, 1750] {
+            h.push(at(ms), round(1000, 6));
+            assert_eq!(h.delta().unwrap().rate(0), Some(1000.0), "at {ms} ms");
+        }
+        h.push(at(2000), round(2000, 7));
+        assert_eq!(h.delta().unwrap().rate(0), Some(1000.0));
+        assert_eq!(h.columns().count(), 6, "every sample has its column");
     }
 
     #[test]
