@@ -141,3 +141,68 @@ fn a_bad_address_or_interval_is_refused() {
         .failure()
         .stderr(predicate::str::contains("--interval-ms"));
 }
+
+#[test]
+fn once_json_gives_the_rates_of_the_daemons_next_round() {
+    // A "daemon" that runs a round every 200 ms, each adding 100 packets
+    // to CPU 0 and 300 to CPU 1.
+    let shared = SharedMetrics::new(snapshot());
+    let server = MetricsServer::start("127.0.0.1:0".parse().unwrap(), shared.clone()).unwrap();
+    let addr = server.local_addr().to_string();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let rounds = {
+        let (shared, stop) = (shared.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                shared.update(|s| {
+                    s.rounds_total += 1;
+                    s.cpus[0].packets_total += 100;
+                    s.cpus[1].packets_total += 300;
+                });
+            }
+        })
+    };
+    let out = rsspp()
+        .args([
+            "top",
+            "--once",
+            "--json",
+            "--interval-ms",
+            "50",
+            "--metrics-addr",
+            &addr,
+        ])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    rounds.join().unwrap();
+    server.stop();
+    let v: serde_json::Value = serde_json::from_slice(&out).expect("JSON");
+    assert_eq!(v["iface"], "veth-top0");
+    assert_eq!(v["table"].as_array().unwrap().len(), 64);
+    let seconds = v["seconds"].as_f64().expect("rates over one round");
+    assert!(
+        seconds > 0.1 && seconds < 0.4,
+        "one 200 ms round: {seconds} s"
+    );
+    let cpus = v["cpus"].as_array().unwrap();
+    assert_eq!(cpus.len(), 4);
+    // One round between the two samples: 100 and 300 packets over it.
+    let r0 = cpus[0]["packets_per_second"].as_f64().unwrap() * seconds;
+    let r1 = cpus[1]["packets_per_second"].as_f64().unwrap() * seconds;
+    assert!(
+        (r0 - 100.0).abs() < 1e-6 && (r1 - 300.0).abs() < 1e-6,
+        "{v}"
+    );
+    assert_eq!(cpus[0]["buckets"], 16);
+    // --json needs --once.
+    rsspp()
+        .args(["top", "--json", "--metrics-addr", &addr])
+        .assert()
+        .failure()
+        .code(2);
+}

@@ -40,10 +40,19 @@ pub struct TopArgs {
     /// Time between samples, in milliseconds.
     #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(50..=60_000))]
     interval_ms: u64,
-    /// Print one frame without escapes and exit. It takes two samples
-    /// --interval-ms apart, so packet rates are shown.
+    /// Print one frame without escapes and exit. It samples until the
+    /// daemon has run another round (at most twice its interval), so
+    /// packet rates are shown.
     #[arg(long)]
     once: bool,
+    /// With --once: print JSON instead of the frame: {"addr", "iface",
+    /// "mode", "imbalance", "migrations", "rounds", "interval_seconds",
+    /// "seconds" (between the two samples the rates come from, or null),
+    /// "cpus": [{"cpu", "load", "packets_per_second", "drops_per_second",
+    /// "buckets"}], "table": [CPU of each bucket]}; rates are null when
+    /// unknown.
+    #[arg(long, requires = "once")]
+    json: bool,
 }
 
 /// What `rsspp top` can fail with.
@@ -116,16 +125,6 @@ pub enum TopError {
     /// The terminal could not be set up or written.
     #[error("cannot drive the terminal: {0}")]
     Terminal(io::Error),
-    /// The daemon stopped answering during the live view.
-    #[error("the daemon at {addr} stopped answering after {samples} samples: {}", .source.brief())]
-    Lost {
-        /// The daemon's address.
-        addr: SocketAddr,
-        /// Samples shown before.
-        samples: u64,
-        /// The last failure.
-        source: Box<TopError>,
-    },
 }
 
 impl TopError {
@@ -139,11 +138,6 @@ impl TopError {
         }
     }
 }
-
-/// Consecutive failed scrapes after which the live view gives up: one
-/// failure may be a daemon busy restarting its server, three at the
-/// sampling interval mean it is gone.
-const MAX_FAILURES: u32 = 3;
 
 /// Samples kept: more than the widest terminal shows.
 const HISTORY: usize = 1024;
@@ -176,7 +170,7 @@ pub fn run(args: &TopArgs) -> Result<(), CliError> {
     let addr = resolve(&args.metrics_addr)?;
     let every = Duration::from_millis(args.interval_ms);
     if args.once {
-        return once(addr, &args.metrics_addr, every);
+        return once(addr, &args.metrics_addr, every, args.json);
     }
     if !io::stdout().is_terminal() {
         return Err(TopError::NotATerminal.into());
@@ -188,28 +182,38 @@ pub fn run(args: &TopArgs) -> Result<(), CliError> {
     live(addr, &args.metrics_addr, every, history).map_err(CliError::from)
 }
 
-/// One frame: rates need two of the daemon's rounds, so after the first
-/// sample it samples every `every` until the daemon has run another round,
-/// or twice its interval has passed (at least `every`, at most 5 s: a
-/// daemon that runs no round shows no rates rather than zeros).
-fn once(addr: SocketAddr, shown: &str, every: Duration) -> Result<(), CliError> {
+/// One frame: a rate is the packets of one of the daemon's rounds over the
+/// time between the first samples that saw it and the next one, so after
+/// the first sample it samples every `every` until the daemon has run two
+/// more rounds, or three of its intervals have passed (at least `every`,
+/// at most 5 s: a daemon that runs no round shows no rates, not zeros).
+fn once(addr: SocketAddr, shown: &str, every: Duration, json: bool) -> Result<(), CliError> {
     let mut history = History::new(2);
     let first = sample(addr, every)?;
     let wait = first
         .interval_seconds
         .filter(|s| s.is_finite() && *s > 0.0)
-        .map_or(every, |s| Duration::from_secs_f64(2.0 * s.min(5.0)))
+        .map_or(every, |s| Duration::from_secs_f64(3.0 * s.min(5.0)))
         .clamp(every, Duration::from_secs(5));
-    let (start, rounds) = (Instant::now(), first.rounds);
+    let (start, mut rounds, mut new_rounds) = (Instant::now(), first.rounds, 0);
     history.push(start, first);
-    loop {
+    while new_rounds < 2 && start.elapsed() < wait {
         std::thread::sleep(every);
         let next = sample(addr, every)?;
-        let new_round = next.rounds != rounds;
-        history.push(Instant::now(), next);
-        if new_round || start.elapsed() >= wait {
-            break;
+        if next.rounds != rounds {
+            rounds = next.rounds;
+            new_rounds += 1;
         }
+        history.push(Instant::now(), next);
+    }
+    if json {
+        let mut text = as_json(&history, shown).to_string();
+        text.push('\n');
+        let mut out = io::stdout().lock();
+        return out
+            .write_all(text.as_bytes())
+            .and_then(|()| out.flush())
+            .map_err(CliError::output);
     }
     let frame = draw(
         &history,
@@ -227,6 +231,37 @@ fn once(addr: SocketAddr, shown: &str, every: Duration) -> Result<(), CliError> 
     out.write_all(frame.plain().as_bytes())
         .and_then(|()| out.flush())
         .map_err(CliError::output)
+}
+
+/// `--once --json`: the newest sample, with the rates of the last round.
+fn as_json(history: &History, addr: &str) -> serde_json::Value {
+    let latest = history.latest().expect("sampled at least once");
+    let delta = history.delta();
+    let cpus: Vec<serde_json::Value> = latest
+        .cpus
+        .iter()
+        .map(|c| {
+            serde_json::json!({
+                "cpu": c.cpu,
+                "load": c.load,
+                "packets_per_second": delta.and_then(|d| d.rate(c.cpu)),
+                "drops_per_second": delta.and_then(|d| d.drop_rate(c.cpu)),
+                "buckets": latest.table.iter().filter(|&&t| t == c.cpu).count(),
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "addr": addr,
+        "iface": latest.iface,
+        "mode": latest.mode,
+        "imbalance": latest.imbalance.is_finite().then_some(latest.imbalance),
+        "migrations": latest.migrations,
+        "rounds": latest.rounds,
+        "interval_seconds": latest.interval_seconds,
+        "seconds": delta.map(|d| d.seconds),
+        "cpus": cpus,
+        "table": latest.table,
+    })
 }
 
 /// Owns the terminal while the live view runs and gives it back as it was,
@@ -385,8 +420,9 @@ fn view_loop(
 ) -> Result<(), TopError> {
     let _screen = Screen::enter().map_err(TopError::Terminal)?;
     let mut out = io::stdout();
-    let mut samples: u64 = 1;
-    let mut failures = 0u32;
+    // Since when the daemon has not answered (a restart, a crash): the
+    // view keeps its last frame and waits for it, saying so.
+    let mut silent_since: Option<Instant> = None;
     let mut status = (String::from("q, Esc or Ctrl-C: quit"), false);
     let mut next = Instant::now() + every;
     loop {
@@ -417,22 +453,15 @@ fn view_loop(
         match sample(addr, every) {
             Ok(s) => {
                 history.push(Instant::now(), s);
-                samples += 1;
-                failures = 0;
+                silent_since = None;
                 status = (String::from("q, Esc or Ctrl-C: quit"), false);
             }
             Err(e) => {
-                failures += 1;
-                if failures >= MAX_FAILURES {
-                    return Err(TopError::Lost {
-                        addr,
-                        samples,
-                        source: Box::new(e),
-                    });
-                }
+                let since = *silent_since.get_or_insert_with(Instant::now);
                 status = (
                     format!(
-                        "no answer from {shown} ({failures} of {MAX_FAILURES} tries): {}",
+                        "no answer from {shown} for {:.0} s ({}): waiting for it; q to quit",
+                        since.elapsed().as_secs_f64(),
                         e.brief()
                     ),
                     true,

@@ -185,9 +185,10 @@ pub struct View<'a> {
 }
 
 /// Heat colours from idle to saturated, blue → cyan → green → yellow → red
-/// (the usual heatmap reading; index 0 is idle).
+/// (the usual heatmap reading; index 0 is idle). The lowest loads start at
+/// a mid blue, not navy, which on a black terminal read as idle.
 const HEAT: [u8; 25] = [
-    235, 17, 18, 19, 20, 21, 27, 33, 39, 45, 51, 49, 48, 47, 46, 82, 118, 154, 190, 226, 220, 214,
+    235, 25, 26, 27, 32, 33, 38, 39, 44, 45, 51, 49, 48, 47, 46, 82, 118, 154, 190, 226, 220, 214,
     208, 202, 196,
 ];
 
@@ -282,20 +283,31 @@ pub fn draw(history: &History, view: &View<'_>) -> Frame {
     if let Some(d) = delta {
         figures.text(format!("  total {} pkt/s", rate(d.total_rate())));
     }
-    figures
-        .text("  migrations ")
-        .push(latest.migrations.to_string(), Style::BOLD);
+    // On a narrow screen the daemon's figures go on a second line rather
+    // than off the edge.
+    let mut second = Line::default();
+    let narrow = view.height.is_some() && view.width < 100;
+    let rest = if narrow { &mut second } else { &mut figures };
+    rest.text(if narrow {
+        "migrations "
+    } else {
+        "  migrations "
+    })
+    .push(latest.migrations.to_string(), Style::BOLD);
     if let Some(d) = delta {
-        figures.text(format!(" (+{})", d.migrations));
+        rest.text(format!(" (+{})", d.migrations));
     }
-    figures.text(format!("  rounds {}", latest.rounds));
+    rest.text(format!("  rounds {}", latest.rounds));
     if let Some(i) = latest.interval_seconds.filter(|i| *i > 0.0) {
-        figures.text(format!(" every {}", seconds(i)));
+        rest.text(format!(" every {}", seconds(i)));
     }
     if let Some(m) = delta.and_then(|d| d.mean_round_seconds) {
-        figures.text(format!(", {} each", seconds(m)));
+        rest.text(format!(", {} each", seconds(m)));
     }
     lines.push(figures);
+    if narrow {
+        lines.push(second);
+    }
     lines.push(Line::default());
 
     // The heatmap: rows are CPUs, columns samples, newest on the right.
@@ -399,15 +411,26 @@ pub fn draw(history: &History, view: &View<'_>) -> Frame {
     }
     let mut axis = Line::default();
     axis.text(" ".repeat(label_w));
-    let span = view.every.as_secs_f64() * heat_w.saturating_sub(1) as f64;
-    let left = format!("└ {span:.0} s ago ");
-    let right = " now ┘";
-    let fill = (heat_w + 2).saturating_sub(left.chars().count() + right.chars().count());
-    if fill > 0 {
-        axis.push(format!("{left}{}{right}", "─".repeat(fill)), Style::DIM);
-    } else {
-        axis.push(format!("└{}┘", "─".repeat(heat_w)), Style::DIM);
+    // The time label sits where the data begins (a view just started has
+    // a few columns of history on the right, not the whole width), or as
+    // far left of "now" as it needs.
+    let data = columns.len().min(heat_w);
+    let span = view.every.as_secs_f64() * data.saturating_sub(1) as f64;
+    let label: Vec<char> = format!(" {span:.0} s ago ").chars().collect();
+    let right: Vec<char> = " now ┘".chars().collect();
+    let total = heat_w + 2;
+    let mut chars: Vec<char> = std::iter::once('└')
+        .chain(std::iter::repeat_n('─', heat_w))
+        .chain(std::iter::once('┘'))
+        .collect();
+    if data > 1 && total >= label.len() + right.len() + 1 {
+        let start = (1 + heat_w - data)
+            .min(total - right.len() - label.len())
+            .max(1);
+        chars[start..start + label.len()].copy_from_slice(&label);
+        chars[total - right.len()..].copy_from_slice(&right);
     }
+    axis.push(chars.into_iter().collect::<String>(), Style::DIM);
     let mut legend = Line::default();
     legend.text(format!("{:w$}load  0% ", "", w = label_w));
     if view.colour {
@@ -422,7 +445,11 @@ pub fn draw(history: &History, view: &View<'_>) -> Frame {
     // The table: a grid of buckets, each showing (and coloured by) its CPU.
     let table = &latest.table;
     let moved = delta.map(|d| d.moved.as_slice()).unwrap_or(&[]);
-    let cell_w = cpu_digits + 1;
+    // In colour the CPU's background marks a cell, so single-digit CPUs
+    // need no gap: twice the buckets a row, and a 512-bucket grid fits
+    // an 80×24 screen.
+    let dense = view.colour && cpu_digits == 1;
+    let cell_w = if dense { 1 } else { cpu_digits + 1 };
     let per_row = {
         let fit = view.width.saturating_sub(6) / cell_w;
         // A power of two keeps the row starts round bucket numbers.
@@ -461,7 +488,12 @@ pub fn draw(history: &History, view: &View<'_>) -> Frame {
                 style.reverse = was_moved;
                 // The gap is coloured too: runs of buckets on one CPU read
                 // as one band.
-                row.push(format!("{cpu:>w$} ", w = cpu_digits), style);
+                let cell = if dense {
+                    cpu.to_string()
+                } else {
+                    format!("{cpu:>w$} ", w = cpu_digits)
+                };
+                row.push(cell, style);
             } else {
                 let mark = if was_moved { "*" } else { " " };
                 row.text(format!("{cpu:>w$}{mark}", w = cpu_digits));
@@ -502,8 +534,10 @@ pub fn draw(history: &History, view: &View<'_>) -> Frame {
     lines.extend(cpu_rows);
     lines.push(axis);
     lines.push(legend);
-    lines.push(Line::default());
-    lines.extend(table_part);
+    if !table_part.is_empty() {
+        lines.push(Line::default());
+        lines.extend(table_part);
+    }
     finish(lines, view)
 }
 
@@ -652,6 +686,47 @@ mod tests {
         let tiny = draw(&h, &view(Some(9), false)).plain();
         assert!(tiny.contains("more CPUs"), "{tiny}");
         assert!(tiny.lines().count() <= 9, "{tiny}");
+    }
+
+    #[test]
+    fn a_512_bucket_grid_fits_80_by_24_in_colour() {
+        let mut h = History::new(10);
+        let table: Vec<u32> = (0..512).map(|b| b % 2).collect();
+        h.push(Instant::now(), sample(&[(0, 0.2, 0), (1, 0.4, 0)], &table));
+        let frame = draw(&h, &view(Some(24), true));
+        let text = frame.plain();
+        assert!(text.lines().count() <= 24, "{text}");
+        assert!(!text.contains("the grid needs"), "{text}");
+        // 64 buckets a row: the last row starts at bucket 448.
+        assert!(text.contains("  448 0101"), "{text}");
+    }
+
+    #[test]
+    fn the_time_axis_spans_the_data_shown() {
+        // Four samples a second apart in a live view 80 columns wide: the
+        // axis says 3 s, next to the data, not the width's 50-odd seconds.
+        let t0 = Instant::now();
+        let mut h = History::new(100);
+        for i in 0..4u64 {
+            let mut s = sample(&[(0, 0.5, i * 100)], &[0]);
+            s.rounds += i;
+            h.push(t0 + Duration::from_secs(i), s);
+        }
+        let mut v = view(Some(24), false);
+        v.every = Duration::from_secs(1);
+        let text = draw(&h, &v).plain();
+        let axis = text.lines().find(|l| l.contains('└')).expect("an axis");
+        assert!(
+            axis.contains(" 3 s ago ") && axis.contains(" now ┘"),
+            "{axis}"
+        );
+        let label_at = axis.find(" 3 s ago").unwrap();
+        let row = text.lines().find(|l| l.starts_with("cpu 0")).unwrap();
+        let data_at = row.find('▄').expect("the data's column");
+        assert!(
+            label_at + 10 >= data_at,
+            "label far left of the data:\n{row}\n{axis}"
+        );
     }
 
     #[test]
