@@ -254,7 +254,8 @@ fn is_icmp_error(kind: u8) -> bool {
     matches!(kind, 3 | 11 | 12)
 }
 
-/// The flow of the packet an ICMPv4 error quotes, as that packet was sent
+/// The flow of the packet an unfragmented ICMPv4 error quotes, as that
+/// packet was sent
 /// (ports when the quoted packet is TCP or UDP, not a later fragment, and
 /// its first four transport bytes are there); `None` when the frame is not
 /// an ICMPv4 error or the quote is unreadable.
@@ -262,7 +263,8 @@ pub fn icmp_error_quote(data: &[u8], ip: &Ip) -> Option<FlowKey> {
     if ip.v6 || ip.proto != proto::ICMP || ip.later_fragment {
         return None;
     }
-    if !is_icmp_error(*data.get(ip.l4)?) {
+    // Unfragmented only (the fanout program's rule).
+    if get16(data, ip.l3 + 6) & 0x3fff != 0 || !is_icmp_error(*data.get(ip.l4)?) {
         return None;
     }
     let inner = ip.l4 + 8;
