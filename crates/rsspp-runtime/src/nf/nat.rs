@@ -176,7 +176,9 @@ impl Nat {
         };
         let target = bucket_of(hash, self.buckets);
         let span = u32::from(u16::MAX - FIRST_PORT) + 1;
-        let start = (hash >> 8) % span;
+        // A start of its own for each connection (the hash mixed: the
+        // symmetric key's hashes repeat their halves).
+        let start = (hash.wrapping_mul(0x9e37_79b1) >> 8) % span;
         let first_addr = u32::from(client);
         for a in 0..self.pool.len() {
             let addr = self.pool.get(first_addr.wrapping_add(a));
