@@ -351,6 +351,13 @@ const SERVERS: [[u8; 4]; 4] = [
 ];
 const POOL: &str = "192.0.2.0/30";
 
+/// A test connection: protocol, client and port, server and port.
+type Conn = (u8, [u8; 4], u16, [u8; 4], u16);
+
+/// A firewall run: the trace, which of its frames must pass, what came
+/// out, the summary.
+type FirewallRun = (Vec<Vec<u8>>, Vec<bool>, Vec<Vec<u8>>, serde_json::Value);
+
 /// NAT: connections out, then their replies; returns the replies sent,
 /// those that came back translated to their client, and the summary.
 fn nat_run(test: &str, extra: &[&str]) -> (usize, usize, serde_json::Value) {
@@ -368,7 +375,7 @@ fn nat_run(test: &str, extra: &[&str]) -> (usize, usize, serde_json::Value) {
     std::thread::sleep(Duration::from_millis(1500));
     // 300 connections (half TCP to port 80, half UDP to 53), three packets
     // each, interleaved.
-    let flows: Vec<(u8, [u8; 4], u16, [u8; 4], u16)> = (0..300u32)
+    let flows: Vec<Conn> = (0..300u32)
         .map(|i| {
             let proto = if i % 2 == 0 { 6 } else { 17 };
             let client = [10, 1, (i / 200) as u8, (i % 200) as u8 + 1];
@@ -602,10 +609,7 @@ fn firewall_trace() -> (Vec<Vec<u8>>, Vec<bool>) {
 
 /// Runs the firewall over the trace; returns (frames expected out, frames
 /// out in order per flow as (flow, packet) ids, summary).
-fn firewall_run(
-    test: &str,
-    extra: &[&str],
-) -> (Vec<Vec<u8>>, Vec<bool>, Vec<Vec<u8>>, serde_json::Value) {
+fn firewall_run(test: &str, extra: &[&str]) -> FirewallRun {
     let mut args = vec![
         "--chain",
         "firewall,monitor",
