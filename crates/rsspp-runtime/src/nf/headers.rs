@@ -255,10 +255,9 @@ fn is_icmp_error(kind: u8) -> bool {
 }
 
 /// The flow of the packet an unfragmented ICMPv4 error quotes, as that
-/// packet was sent
-/// (ports when the quoted packet is TCP or UDP, not a later fragment, and
-/// its first four transport bytes are there); `None` when the frame is not
-/// an ICMPv4 error or the quote is unreadable.
+/// packet was sent (ports when the quoted packet is TCP or UDP, not a
+/// fragment, and its first four transport bytes are there); `None` when
+/// the frame is not such an error or the quote is unreadable.
 pub fn icmp_error_quote(data: &[u8], ip: &Ip) -> Option<FlowKey> {
     if ip.v6 || ip.proto != proto::ICMP || ip.later_fragment {
         return None;
