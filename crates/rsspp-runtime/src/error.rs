@@ -28,6 +28,12 @@ pub enum RuntimeError {
         /// The names known.
         known: String,
     },
+    /// A malformed firewall rule.
+    #[error(transparent)]
+    Rules(#[from] crate::nf::firewall::RuleError),
+    /// A patterns file DPI cannot use.
+    #[error(transparent)]
+    Patterns(#[from] crate::nf::dpi::PatternError),
     /// A configuration value out of range.
     #[error("{0}")]
     Config(String),

@@ -23,6 +23,6 @@ pub mod steer;
 mod worker;
 
 pub use error::RuntimeError;
-pub use nf::{Chain, FlowRecord, NetworkFunction, Packet, Verdict};
+pub use nf::{Chain, ChainConfig, FlowRecord, Flows, NetworkFunction, Packet, Verdict};
 pub use runtime::{run, Config, Moves, Outcome, Summary, TableMode};
 pub use worker::WorkerReport;

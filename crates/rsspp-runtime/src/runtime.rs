@@ -90,6 +90,9 @@ pub struct Config {
     pub handoff_timeout: Duration,
     /// Stop after this long (`None`: until the stop flag).
     pub duration: Option<Duration>,
+    /// The Toeplitz key the steering hashes with (symmetric when the chain
+    /// tracks connections: both directions in one bucket).
+    pub key: RssKey,
 }
 
 impl Config {
@@ -115,6 +118,7 @@ impl Config {
             ring: RingConfig::default(),
             handoff_timeout: DEFAULT_HANDOFF_TIMEOUT,
             duration: None,
+            key: RssKey::microsoft(),
         }
     }
 }
@@ -184,7 +188,7 @@ pub fn run<N: NetworkFunction>(
         .as_deref()
         .map(afpacket::ifindex)
         .transpose()?;
-    let key = RssKey::microsoft();
+    let key = config.key.clone();
     let steering = Steering::load(config.buckets, &key)?;
     let FanoutGroup { parking, rings, id } =
         FanoutGroup::new(in_index, n, config.ring, steering.prog_fd())?;

@@ -16,7 +16,7 @@ use rsspp_trace::FrameKind;
 use serde::Serialize;
 
 use crate::afpacket::{monotonic_ns, pin_to, Frame, RxRing, TxSocket};
-use crate::nf::{NetworkFunction, Packet, Verdict};
+use crate::nf::{headers, BucketFlows, NetworkFunction, Packet, SharedFlows, Verdict};
 
 /// What a bucket carries from worker to worker: its flow table, or nothing
 /// when the flow table is shared.
@@ -145,17 +145,15 @@ fn count(map: &mut BTreeMap<String, u64>, reason: &str) {
     }
 }
 
-/// Runs the function on a packet with the state its flow has in `table`.
+/// Runs the function on a packet with its bucket's table.
 fn with_table<N: NetworkFunction>(
     nf: &mut N,
     table: &mut FlowTable<N::State>,
+    bucket: usize,
+    buckets: usize,
     packet: &mut Packet<'_>,
 ) -> Verdict {
-    let now = packet.timestamp_ns;
-    let state = table
-        .get_or_insert_with(&packet.key, packet.hash, now, || nf.new_flow(packet))
-        .state();
-    nf.process(packet, state)
+    nf.process_flows(packet, &mut BucketFlows::new(table, bucket, buckets))
 }
 
 impl<N: NetworkFunction> Core<N> {
@@ -173,7 +171,10 @@ impl<N: NetworkFunction> Core<N> {
             (FrameKind::Malformed, _) => return count(&mut self.report.dropped, "malformed"),
             _ => return count(&mut self.report.dropped, "not_ip"),
         };
-        let hash = self.toeplitz.hash_flow(&key);
+        // ICMP errors go with the flow they quote (as the fanout program).
+        let hash = self
+            .toeplitz
+            .hash_flow(&headers::steering_key(&key, frame.data));
         let bucket = bucket_of(hash, self.buckets);
         let mut packet = Packet {
             data: frame.data,
@@ -185,10 +186,11 @@ impl<N: NetworkFunction> Core<N> {
         match self.shard.take(bucket) {
             Take::Process(state) => {
                 let verdict = match (state, &self.shared) {
-                    (Some(table), _) => with_table(&mut self.nf, table, &mut packet),
+                    (Some(table), _) => {
+                        with_table(&mut self.nf, table, bucket, self.buckets, &mut packet)
+                    }
                     (None, Some(shared)) => {
-                        let nf = &mut self.nf;
-                        shared.with_stripe(hash, |table| with_table(nf, table, &mut packet))
+                        self.nf.process_flows(&mut packet, &mut SharedFlows(shared))
                     }
                     (None, None) => unreachable!("a bucket without a table and no shared table"),
                 };
@@ -234,11 +236,12 @@ impl<N: NetworkFunction> Core<N> {
                 timestamp_ns: p.timestamp_ns,
             };
             let verdict = match self.shard.take(bucket) {
-                Take::Process(Some(table)) => with_table(&mut self.nf, table, &mut packet),
+                Take::Process(Some(table)) => {
+                    with_table(&mut self.nf, table, bucket, self.buckets, &mut packet)
+                }
                 Take::Process(None) => {
-                    let nf = &mut self.nf;
                     let shared = self.shared.as_ref().expect("shared table");
-                    shared.with_stripe(p.hash, |table| with_table(nf, table, &mut packet))
+                    self.nf.process_flows(&mut packet, &mut SharedFlows(shared))
                 }
                 Take::Park | Take::Stray => unreachable!("bucket {bucket} was just taken over"),
             };

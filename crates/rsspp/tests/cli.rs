@@ -453,14 +453,59 @@ fn bench_state_reports_both_variants_and_refuses_bad_options() {
 #[test]
 fn nf_refuses_an_unknown_function_in_one_line() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_rsspp"))
-        .args(["nf", "--in", "lo", "--cpus", "0", "--chain", "monitor,nat"])
+        .args(["nf", "--in", "lo", "--cpus", "0", "--chain", "firewall,nta"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(
         String::from_utf8_lossy(&out.stderr),
-        "rsspp: error: unknown network function \"nat\" (known: monitor)\n"
+        "rsspp: error: unknown network function \"nta\" (known: firewall, nat, monitor, dpi)\n"
     );
+}
+
+#[test]
+fn nf_refuses_a_malformed_rules_file_naming_its_line() {
+    let dir = std::env::temp_dir().join(format!("rsspp-cli-rules-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let rules = dir.join("fw.rules");
+    std::fs::write(&rules, "# web\nallow tcp dport 80\nallow udp dprt 53\n").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rsspp"))
+        .args(["nf", "--in", "lo", "--cpus", "0", "--chain", "firewall"])
+        .arg("--rules")
+        .arg(&rules)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!(
+            "rsspp: error: {}:3: unknown field \"dprt\" (known: src, dst, sport, dport)\n",
+            rules.display()
+        )
+    );
+    for (args, message) in [
+        (
+            &["--chain", "firewall,nat"][..],
+            "rsspp: error: firewall needs --rules FILE\n",
+        ),
+        (
+            &["--chain", "monitor", "--nat-pool", "192.0.2.0/30"][..],
+            "rsspp: error: --nat-pool is for nat, which --chain does not name\n",
+        ),
+        (
+            &["--chain", "nat", "--nat-pool", "10.0.0.0/8"][..],
+            "rsspp: error: --nat-pool 10.0.0.0/8: \"8\" is not a prefix length from 16 to 32\n",
+        ),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_rsspp"))
+            .args(["nf", "--in", "lo", "--cpus", "0"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        assert_eq!(String::from_utf8_lossy(&out.stderr), message);
+    }
 }
 
 #[test]

@@ -320,6 +320,24 @@ impl<S> FlowTable<S> {
         }
     }
 
+    /// The state of a stored flow at time `now`, counted as a use (it
+    /// becomes the most recently used); `None` when the flow is not stored,
+    /// or when its entry had been idle for the timeout (the entry is then
+    /// dropped, counted in [`TableStats::expired`]). Unlike
+    /// [`get_or_insert_with`](Self::get_or_insert_with), never stores a flow.
+    pub fn get_mut(&mut self, key: &FlowKey, hash: u32, now: u64) -> Option<&mut S> {
+        self.clock = self.clock.max(now);
+        let now = self.clock;
+        let i = self.position(key, hash)?;
+        if self.is_idle(i, now) {
+            self.stats.expired += 1;
+            self.remove_at(i);
+            return None;
+        }
+        self.touch(i, now);
+        Some(&mut self.entries[i].state)
+    }
+
     /// Inserts or replaces the state of `key` at time `now`, ignoring the
     /// capacity policy's refusal (a full table still evicts its least
     /// recently used flow first). Returns the previous state, if any.
@@ -675,6 +693,21 @@ mod tests {
         assert_eq!(t.stats().expired, 5);
         assert_eq!(t.expire(u64::MAX), 6);
         assert!(t.is_empty());
+        check_list(&t);
+    }
+
+    #[test]
+    fn get_mut_never_stores_and_drops_an_idle_flow() {
+        let mut t = FlowTable::new(config(100, Some(1_000), WhenFull::Refuse));
+        assert!(t.get_mut(&v4(1), hash(1), 0).is_none());
+        assert!(t.is_empty());
+        t.insert(v4(1), hash(1), 0, 7u32);
+        *t.get_mut(&v4(1), hash(1), 500).unwrap() += 1;
+        // The use at 500 counts: still there at 1 400.
+        assert_eq!(t.get_mut(&v4(1), hash(1), 1_400).copied(), Some(8));
+        assert!(t.get_mut(&v4(1), hash(1), 2_400).is_none());
+        assert!(t.is_empty());
+        assert_eq!(t.stats().expired, 1);
         check_list(&t);
     }
 

@@ -19,8 +19,9 @@
  * stack has already taken the outer one into skb->vlan_tci), IPv4 with its
  * options, fragments hashed on their addresses, IPv6 with up to four
  * extension headers; ports of TCP and UDP only, when their whole fixed
- * header is there. Frames that are not IP, or malformed, are not counted and
- * go to member 0.
+ * header is there; an unfragmented ICMPv4 error by the flow it quotes,
+ * reversed. Frames that are not IP, or malformed, are not counted and go
+ * to member 0.
  */
 #include "toeplitz.h"
 
@@ -65,6 +66,46 @@ static __always_inline int load_ports(struct __sk_buff *skb, __u32 off,
 	return PARSE_IP;
 }
 
+/*
+ * An ICMPv4 error (destination unreachable, time exceeded, parameter
+ * problem) at off is hashed as the reply to the packet it quotes: the
+ * quoted addresses and ports swapped, so that it reaches the bucket of that
+ * flow's state (rsspp-runtime's nf::headers::steering_key does the same).
+ * Returns 1 when it filled the input, 0 to hash the frame as any other.
+ */
+static __always_inline int icmp_error_v4(struct __sk_buff *skb, __u32 off,
+					 struct hash_input *in, int *has_ports)
+{
+	struct iphdr inner;
+	__u8 type;
+	__u8 ports[4];
+	__u32 l4;
+
+	if (bpf_skb_load_bytes(skb, off, &type, 1))
+		return 0;
+	if (type != 3 && type != 11 && type != 12)
+		return 0;
+	if (bpf_skb_load_bytes(skb, off + 8, &inner, sizeof(inner)))
+		return 0;
+	if (inner.version != 4 || inner.ihl < 5)
+		return 0;
+	__builtin_memcpy(in->bytes, &inner.daddr, 4);
+	__builtin_memcpy(in->bytes + 4, &inner.saddr, 4);
+	if (inner.frag_off & bpf_htons(IP_MF | IP_OFFSET))
+		return 1;
+	if (inner.protocol != IPPROTO_TCP && inner.protocol != IPPROTO_UDP)
+		return 1;
+	l4 = off + 8 + inner.ihl * 4;
+	if (bpf_skb_load_bytes(skb, l4, ports, 4))
+		return 1;
+	in->bytes[8] = ports[2];
+	in->bytes[9] = ports[3];
+	in->bytes[10] = ports[0];
+	in->bytes[11] = ports[1];
+	*has_ports = 1;
+	return 1;
+}
+
 static __always_inline int parse_v4(struct __sk_buff *skb, __u32 off,
 				    struct hash_input *in, int *has_ports)
 {
@@ -80,6 +121,9 @@ static __always_inline int parse_v4(struct __sk_buff *skb, __u32 off,
 		return PARSE_MALFORMED;
 	__builtin_memcpy(in->bytes, &iph.saddr, 8);
 	if (iph.frag_off & bpf_htons(IP_MF | IP_OFFSET))
+		return PARSE_IP;
+	if (iph.protocol == IPPROTO_ICMP &&
+	    icmp_error_v4(skb, off + hdr_len, in, has_ports))
 		return PARSE_IP;
 	return load_ports(skb, off + hdr_len, iph.protocol, in->bytes + 8,
 			  has_ports);

@@ -9,8 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
+use rsspp_core::RssKey;
 use rsspp_linux::cpu::CpuList;
-use rsspp_runtime::{Chain, Config, Moves, TableMode};
+use rsspp_runtime::nf::{dpi, firewall::Rules, nat};
+use rsspp_runtime::{Chain, ChainConfig, Config, Moves, TableMode};
 
 use crate::error::CliError;
 
@@ -39,11 +41,30 @@ enum MovesArg {
     Immediate,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum NatPortsArg {
+    /// Ports whose replies hash into the connection's own bucket, where its
+    /// mapping is.
+    Bucket,
+    /// Any free port, wherever its replies hash (shows what the choice is
+    /// for: with per-bucket tables most replies then miss their mapping).
+    Any,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum DpiActionArg {
+    /// Count the matches per flow (in --flows-out with monitor).
+    Count,
+    /// Drop a matching packet and the rest of its flow.
+    Drop,
+}
+
 /// `rsspp nf` options.
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:\n  \
 rsspp nf --in veth1 --cpus 0-3 --duration 10 --json\n  \
-rsspp nf --in eth0 --out eth1 --cpus 2,3 --chain monitor --flows-out flows.jsonl")]
+rsspp nf --in eth0 --out eth1 --cpus 2,3 --chain monitor --flows-out flows.jsonl\n  \
+rsspp nf --in eth0 --out eth1 --cpus 2,3 --chain firewall,nat,monitor --rules fw.rules --nat-pool 192.0.2.0/30")]
 pub struct NfArgs {
     /// Interface to receive from.
     #[arg(long = "in", value_name = "IFACE")]
@@ -55,9 +76,30 @@ pub struct NfArgs {
     /// CPUs to run one worker each on (e.g. 0-3,8).
     #[arg(long, value_name = "LIST")]
     cpus: String,
-    /// Network functions, in order (known: monitor).
+    /// Network functions, in order (known: firewall, nat, monitor, dpi).
     #[arg(long, default_value = "monitor", value_name = "NF,...")]
     chain: String,
+    /// The firewall's allow rules, one a line (e.g. `allow tcp dport 80`).
+    #[arg(long, value_name = "FILE")]
+    rules: Option<PathBuf>,
+    /// The NAT's address pool (IPv4 prefix, /16 to /32).
+    #[arg(long, value_name = "PREFIX")]
+    nat_pool: Option<String>,
+    /// How the NAT chooses translated ports.
+    #[arg(long, value_enum, default_value_t = NatPortsArg::Bucket)]
+    nat_ports: NatPortsArg,
+    /// DPI's patterns, one a line.
+    #[arg(long, value_name = "FILE")]
+    patterns: Option<PathBuf>,
+    /// What a DPI match does.
+    #[arg(long, value_enum, default_value_t = DpiActionArg::Count)]
+    dpi_action: DpiActionArg,
+    /// Toeplitz key of the steering: microsoft, symmetric or hex bytes
+    /// (default: symmetric when the chain has firewall or nat, so that both
+    /// directions of a connection reach the same bucket; microsoft
+    /// otherwise).
+    #[arg(long, value_name = "KEY")]
+    rss_key: Option<String>,
     /// I/O backend.
     #[arg(long, value_enum, default_value_t = BackendArg::Afpacket)]
     backend: BackendArg,
@@ -91,6 +133,78 @@ pub struct NfArgs {
     /// Print the summary as JSON on exit.
     #[arg(long)]
     json: bool,
+}
+
+/// Reads a file an option names.
+fn read(path: &std::path::Path) -> Result<Vec<u8>, CliError> {
+    std::fs::read(path).map_err(|source| CliError::Io {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+/// The chain and the key the steering uses.
+fn chain(args: &NfArgs) -> Result<(Chain, RssKey), CliError> {
+    let names: Vec<&str> = args.chain.split(',').map(str::trim).collect();
+    // An unknown function first, before what the known ones lack.
+    if let Some(name) = names.iter().find(|n| !rsspp_runtime::nf::KNOWN.contains(n)) {
+        return Err(rsspp_runtime::RuntimeError::UnknownNf {
+            name: name.to_string(),
+            known: rsspp_runtime::nf::KNOWN.join(", "),
+        }
+        .into());
+    }
+    let tracks = names.iter().any(|&n| n == "firewall" || n == "nat");
+    let unused = |flag: &str, nf: &str| {
+        CliError::Invalid(format!("{flag} is for {nf}, which --chain does not name"))
+    };
+    if args.rules.is_some() && !names.contains(&"firewall") {
+        return Err(unused("--rules", "firewall"));
+    }
+    if args.nat_pool.is_some() && !names.contains(&"nat") {
+        return Err(unused("--nat-pool", "nat"));
+    }
+    if args.patterns.is_some() && !names.contains(&"dpi") {
+        return Err(unused("--patterns", "dpi"));
+    }
+    let key = match &args.rss_key {
+        Some(k) => k.parse::<RssKey>()?,
+        None if tracks => RssKey::symmetric(),
+        None => RssKey::microsoft(),
+    };
+    let mut config = ChainConfig {
+        key: key.clone(),
+        buckets: args.buckets,
+        nat_ports: match args.nat_ports {
+            NatPortsArg::Bucket => nat::PortChoice::SameBucket,
+            NatPortsArg::Any => nat::PortChoice::Any,
+        },
+        dpi_action: match args.dpi_action {
+            DpiActionArg::Count => dpi::Action::Count,
+            DpiActionArg::Drop => dpi::Action::Drop,
+        },
+        ..ChainConfig::default()
+    };
+    if let Some(path) = &args.rules {
+        let text = String::from_utf8_lossy(&read(path)?).into_owned();
+        config.rules = Some(
+            Rules::parse(&text, &path.display().to_string())
+                .map_err(rsspp_runtime::RuntimeError::from)?,
+        );
+    }
+    if let Some(pool) = &args.nat_pool {
+        config.nat_pool = Some(
+            nat::Pool::parse(pool)
+                .map_err(|why| CliError::Invalid(format!("--nat-pool {pool}: {why}")))?,
+        );
+    }
+    if let Some(path) = &args.patterns {
+        let origin = path.display().to_string();
+        let patterns = dpi::parse_patterns(&read(path)?, &origin)
+            .map_err(rsspp_runtime::RuntimeError::from)?;
+        config.patterns = Some((patterns, origin));
+    }
+    Ok((Chain::with_config(&args.chain, &config)?, key))
 }
 
 fn check(args: &NfArgs) -> Result<Config, CliError> {
@@ -152,8 +266,9 @@ fn check(args: &NfArgs) -> Result<Config, CliError> {
 pub fn run(args: &NfArgs) -> Result<(), CliError> {
     // The chain first: an unknown function is refused before anything is
     // created.
-    let chain = Chain::parse(&args.chain)?;
-    let config = check(args)?;
+    let (chain, key) = chain(args)?;
+    let mut config = check(args)?;
+    config.key = key;
     let stop = Arc::new(AtomicBool::new(false));
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     for signal in [SIGINT, SIGTERM, SIGHUP] {

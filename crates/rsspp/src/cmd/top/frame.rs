@@ -423,7 +423,7 @@ pub fn draw(history: &History, view: &View<'_>) -> Frame {
         .chain(std::iter::repeat_n('─', heat_w))
         .chain(std::iter::once('┘'))
         .collect();
-    if data > 1 && total >= label.len() + right.len() + 1 {
+    if data > 1 && total > label.len() + right.len() {
         let start = (1 + heat_w - data)
             .min(total - right.len() - label.len())
             .max(1);
