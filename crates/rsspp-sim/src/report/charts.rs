@@ -425,13 +425,13 @@ pub fn imbalance(policies: &[PolicyResult]) -> String {
             );
             continue;
         }
-        svg.rect(
-            area.left,
-            cy - 9.0,
-            x.map(median) - area.left,
-            18.0,
-            policy_color(i),
-            " fill-opacity=\"0.8\"",
+        bar(
+            &mut svg,
+            &x,
+            area,
+            cy,
+            median,
+            i,
             &format!("{}: median imbalance {}", p.name, pct(median / 100.0)),
         );
         let samples: Vec<f64> = finite(p.imbalance_samples.iter().copied()).collect();
@@ -485,6 +485,27 @@ fn percent_axis(
         &format!("{before}{log}{after}"),
     );
     x
+}
+
+/// A policy's value on a bar chart's axis: a bar from the axis's origin on
+/// a linear axis; on a log axis, where a bar's length would mean nothing
+/// (there is no zero), a dot at the value.
+fn bar(svg: &mut Svg, x: &ValueAxis, area: Area, cy: f64, value: f64, i: usize, title: &str) {
+    match x {
+        ValueAxis::Lin(_) => svg.rect(
+            area.left,
+            cy - 9.0,
+            x.map(value) - area.left,
+            18.0,
+            policy_color(i),
+            " fill-opacity=\"0.8\"",
+            title,
+        ),
+        ValueAxis::Log(_) => {
+            svg.line(area.left, cy, x.map(value), cy, "guide");
+            svg.circle(x.map(value), cy, 7.0, policy_color(i), "", title);
+        }
+    }
 }
 
 /// Latency CDF per policy, log-scale microseconds.
@@ -654,13 +675,13 @@ pub fn drops_bars(policies: &[PolicyResult]) -> String {
             &short(&p.name, NAME_CHARS),
         );
         let label = format!("{} ({})", int(p.summary.drops), pct(s));
-        svg.rect(
-            area.left,
-            cy - 9.0,
-            x.map(s * 100.0) - area.left,
-            18.0,
-            policy_color(i),
-            " fill-opacity=\"0.8\"",
+        bar(
+            &mut svg,
+            &x,
+            area,
+            cy,
+            s * 100.0,
+            i,
             &format!("{}: {label} dropped", p.name),
         );
         svg.text(x.map(s * 100.0) + 8.0, cy + 4.0, "start", "vl", &label);
@@ -826,6 +847,12 @@ fn draw_sweep(
             );
         }
     }
+}
+
+/// Whether a policy's number of cores in use changed during the run.
+pub fn cores_change(p: &PolicyResult) -> bool {
+    let cores = &p.timeline.active_cores;
+    cores.windows(2).any(|w| w[0] != w[1])
 }
 
 /// Cores in use over time per policy (samples within `duration_s`), over

@@ -111,17 +111,18 @@ fn settings(page: &mut String, c: &Comparison) {
     page.push_str("</dl>\n</section>\n");
 }
 
-/// Index of the smallest finite value when the values are not all equal.
-fn best(values: &[f64]) -> Option<usize> {
-    let finite: Vec<(usize, f64)> = values
-        .iter()
-        .copied()
-        .enumerate()
-        .filter(|(_, v)| v.is_finite())
-        .collect();
-    let (lo_i, lo) = finite.iter().copied().min_by(|a, b| a.1.total_cmp(&b.1))?;
-    let hi = finite.iter().map(|(_, v)| *v).fold(lo, f64::max);
-    (hi > lo).then_some(lo_i)
+/// Indices of the smallest finite value (every one of them, when several
+/// tie), or none when the values are all equal.
+fn best(values: &[f64]) -> Vec<usize> {
+    let finite = || values.iter().copied().filter(|v| v.is_finite());
+    let Some(lo) = finite().reduce(f64::min) else {
+        return Vec::new();
+    };
+    let hi = finite().fold(lo, f64::max);
+    if hi == lo {
+        return Vec::new();
+    }
+    (0..values.len()).filter(|&i| values[i] == lo).collect()
 }
 
 fn share(part: u64, whole: u64) -> f64 {
@@ -139,10 +140,12 @@ fn summary(page: &mut String, c: &Comparison) {
         return;
     }
     let ps = &c.policies;
-    let column = |f: &dyn Fn(&PolicyResult) -> f64| -> Option<usize> {
-        (ps.len() > 1)
-            .then(|| best(&ps.iter().map(f).collect::<Vec<_>>()))
-            .flatten()
+    let column = |f: &dyn Fn(&PolicyResult) -> f64| -> Vec<usize> {
+        if ps.len() > 1 {
+            best(&ps.iter().map(f).collect::<Vec<_>>())
+        } else {
+            Vec::new()
+        }
     };
     let best_cols = [
         column(&|p| p.summary.imbalance_median),
@@ -164,7 +167,7 @@ fn summary(page: &mut String, c: &Comparison) {
     for (i, p) in ps.iter().enumerate() {
         let s = &p.summary;
         let cell = |col: usize, text: String| {
-            if best_cols[col] == Some(i) {
+            if best_cols[col].contains(&i) {
                 format!("<td class=\"best\">{text}</td>")
             } else {
                 format!("<td>{text}</td>")
@@ -202,56 +205,54 @@ fn summary(page: &mut String, c: &Comparison) {
         );
     }
     page.push_str(
-        "</tbody></table></div>\n<p class=\"note\">Highlighted: the lowest value of a column \
-         (when the policies differ). Drops are a share of the packets offered, reordered \
+        "</tbody></table></div>\n<p class=\"note\">Highlighted: the lowest value of a column, \
+         in every row that has it (when the policies differ). Drops are a share of the packets offered, reordered \
          packets a share of those processed.</p>\n",
     );
     mechanisms(page, ps);
     page.push_str("</section>\n");
 }
 
-/// The policies' own counters (steals, buffered packets, cache hits…) as a
-/// table with one column per counter any policy reported.
+/// The policies' own counters (steals, buffered packets, cache hits…):
+/// one row per policy listing the counters it reported, rather than a
+/// wide table of mostly empty columns.
 fn mechanisms(page: &mut String, ps: &[PolicyResult]) {
     let counters: Vec<BTreeMap<&str, u64>> = ps
         .iter()
         .map(|p| p.summary.mechanisms.entries().into_iter().collect())
         .collect();
-    let keys: BTreeSet<&str> = counters.iter().flat_map(|c| c.keys().copied()).collect();
-    if keys.is_empty() {
+    if counters.iter().all(BTreeMap::is_empty) {
         return;
     }
     page.push_str(
-        "<h3>Mechanism counters</h3>\n<div class=\"scroll\"><table class=\"data mech\">\n\
-         <thead><tr><th class=\"l\">policy</th>",
+        "<h3>Mechanism counters</h3>\n<table class=\"data mech\">\n\
+         <thead><tr><th class=\"l\">policy</th><th class=\"l\">its counters</th></tr></thead>\n<tbody>\n",
     );
-    for k in &keys {
-        let label = match k.strip_suffix("_us") {
-            Some(stem) => format!("{} (µs)", stem.replace('_', " ")),
-            None => k.replace('_', " "),
-        };
-        let _ = write!(page, "<th>{}</th>", esc(&label));
-    }
-    page.push_str("</tr></thead>\n<tbody>\n");
     for (i, (p, counters)) in ps.iter().zip(&counters).enumerate() {
-        let _ = write!(
+        let list = if counters.is_empty() {
+            "<span class=\"na\">none</span>".to_string()
+        } else {
+            counters
+                .iter()
+                .map(|(k, v)| {
+                    let label = match k.strip_suffix("_us") {
+                        Some(stem) => format!("{} (µs)", stem.replace('_', " ")),
+                        None => k.replace('_', " "),
+                    };
+                    format!("{} <b>{}</b>", esc(&label), int(*v))
+                })
+                .collect::<Vec<_>>()
+                .join(" · ")
+        };
+        let _ = writeln!(
             page,
-            "<tr><td class=\"l\">{}{}</td>",
+            "<tr><td class=\"l\">{}{}</td><td class=\"l\">{list}</td></tr>",
             charts::swatch(i),
             esc(&p.name)
         );
-        for k in &keys {
-            match counters.get(k) {
-                Some(v) => {
-                    let _ = write!(page, "<td>{}</td>", int(*v));
-                }
-                None => page.push_str("<td class=\"na\">–</td>"),
-            }
-        }
-        page.push_str("</tr>\n");
     }
     page.push_str(
-        "</tbody></table></div>\n<p class=\"note\">State hits and misses: accesses to per-flow \
+        "</tbody></table>\n<p class=\"note\">State hits and misses: accesses to per-flow \
          state found in or missing from the core's cache model; remote: state last touched by \
          another core; lock wait: time spent waiting for a shared table's lock stripes.</p>\n",
     );
@@ -352,6 +353,22 @@ fn drops_section(page: &mut String, c: &Comparison) {
 
 fn cores_section(page: &mut String, c: &Comparison) {
     page.push_str("<section id=\"cores\">\n<h2>Cores in use over time</h2>\n");
+    if !c.policies.iter().any(charts::cores_change) {
+        // Flat lines only: a sentence says it better than a tangle of them.
+        let list = c
+            .policies
+            .iter()
+            .map(|p| format!("{} {}", esc(&p.name), num(p.summary.avg_cores)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let _ = writeln!(
+            page,
+            "<p>No policy changed its number of cores during the run (cores in use: {list}). \
+             Policies that scale (RSS++ with <code>--autoscale</code>, Metron) follow the \
+             offered rate: run with <code>--autoscale</code> to see them do it.</p>\n</section>"
+        );
+        return;
+    }
     figure(
         page,
         &charts::cores_over_time(&c.policies, c.duration_s),
@@ -437,6 +454,7 @@ svg .grid{stroke:#e9ecf0;stroke-width:1}
 svg .grid.minor{stroke:#f4f5f7}
 svg .axis,svg .tick{stroke:#8a919e;stroke-width:1}
 svg .whisker{stroke:#2b3140;stroke-width:1.2}
+svg .guide{stroke:#9aa1ad;stroke-width:1;stroke-dasharray:2 3}
 svg .ref{stroke:#9aa1ad;stroke-width:1;stroke-dasharray:4 3}
 svg .series:hover polyline{stroke-width:4}
 .glossary dt{font-weight:600;margin-top:8px}

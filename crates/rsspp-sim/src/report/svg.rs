@@ -115,7 +115,15 @@ pub fn tick_label(v: f64) -> String {
     } else {
         (v, "")
     };
-    let mut s = format!("{scaled:.3}");
+    // Three decimals, or as many as the first significant digit needs
+    // (a log axis's 0.0001 is not "0").
+    let a = scaled.abs();
+    let decimals = if a > 0.0 && a < 1e-3 {
+        (-a.log10()).ceil() as usize + 1
+    } else {
+        3
+    };
+    let mut s = format!("{scaled:.decimals$}");
     while s.ends_with('0') {
         s.pop();
     }

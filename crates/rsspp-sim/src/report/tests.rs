@@ -219,27 +219,30 @@ fn the_page_is_well_formed_and_has_every_chart() {
 }
 
 #[test]
-fn the_mechanism_table_has_a_column_per_counter_any_policy_has() {
+fn each_policy_lists_its_own_mechanism_counters() {
     let aa = policy("affinity-accept", 4, 10, false);
     let mut sw = policy("sw-rr", 4, 10, true);
     sw.summary.mechanisms.policy =
         PolicyMechanisms::Dispatch(DispatchCounters { dispatched: 1234 });
     let mut page = String::new();
     mechanisms(&mut page, &[aa, sw]);
-    let columns = AffinityAcceptCounters::default().entries().len()
-        + StateAccessCounters::default().entries().len()
-        + 1;
-    assert_eq!(count(&page, "<th>"), columns, "{page}");
-    for label in ["steals", "state hits", "lock wait (µs)", "dispatched"] {
-        assert!(
-            page.contains(&format!("<th>{label}</th>")),
-            "{label}: {page}"
-        );
-    }
-    // Each row has a cell per column: a counter the policy lacks is a dash.
-    let na = AffinityAcceptCounters::default().entries().len();
-    assert_eq!(count(&page, "<td class=\"na\">"), na + 1, "{page}");
-    assert!(page.contains("<td>1,234</td>"), "{page}");
+    let rows: Vec<&str> = page.lines().filter(|l| l.starts_with("<tr><td")).collect();
+    assert_eq!(rows.len(), 2, "{page}");
+    assert!(rows[0].contains("affinity-accept") && rows[0].contains("steals <b>2</b>"));
+    assert!(!rows[0].contains("dispatched"), "{}", rows[0]);
+    assert!(rows[1].contains("sw-rr") && rows[1].contains("dispatched <b>1,234</b>"));
+    assert!(!rows[1].contains("steals"), "{}", rows[1]);
+    // Both have the state-access counters; nobody gets a column of dashes.
+    assert!(rows.iter().all(|r| r.contains("state hits")));
+    assert!(!page.contains("class=\"na\""), "{page}");
+}
+
+#[test]
+fn tied_lowest_values_are_all_highlighted() {
+    assert_eq!(best(&[3.0, 1.0, 2.0, 1.0]), vec![1, 3]);
+    assert_eq!(best(&[2.0, 2.0]), Vec::<usize>::new(), "all equal: none");
+    assert_eq!(best(&[f64::NAN, 5.0, 4.0]), vec![2]);
+    assert_eq!(best(&[]), Vec::<usize>::new());
 }
 
 #[test]
@@ -454,4 +457,23 @@ fn imbalance_goes_logarithmic_when_values_span_decades() {
     let chart = charts::imbalance(&[unfair]);
     assert!(!chart.contains("log scale"));
     assert!(chart.contains(">0%</text>"));
+}
+
+#[test]
+fn cores_that_never_change_are_said_not_drawn() {
+    let mut flat = vec![policy("rss", 4, 20, false), policy("sprayer", 4, 20, false)];
+    for p in &mut flat {
+        p.timeline.active_cores = vec![4; 20];
+    }
+    let page = html(&comparison(flat.clone(), false));
+    check_markup(&page);
+    assert!(!page.contains("aria-label=\"cores in use over time\""));
+    assert!(
+        page.contains("No policy changed its number of cores"),
+        "{page}"
+    );
+    // One policy that scales: the chart is back.
+    flat[1].timeline.active_cores[10] = 3;
+    let page = html(&comparison(flat, false));
+    assert!(page.contains("aria-label=\"cores in use over time\""));
 }
