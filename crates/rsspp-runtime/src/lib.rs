@@ -14,9 +14,11 @@
 //! - [`afpacket`] and [`steer`]: the thin layer that reaches the kernel.
 //! - [`nf`]: the network-function trait and the built-in functions.
 //! - [`runtime`]: the controller, the workers' setup, the summary.
+//! - [`metrics`]: the daemon's exporter, filled every round.
 
 pub mod afpacket;
 pub mod error;
+pub mod metrics;
 pub mod nf;
 pub mod runtime;
 pub mod steer;

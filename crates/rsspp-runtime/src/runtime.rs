@@ -17,13 +17,14 @@
 //! ```
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use rsspp_core::handoff::{Completion, Handoffs, DEFAULT_HANDOFF_TIMEOUT};
-use rsspp_core::measure::load_from_busy;
+use rsspp_core::measure::{imbalance_ratio, load_from_busy};
 use rsspp_core::rand::SplitMix64;
 use rsspp_core::state::marks::Shard;
 use rsspp_core::state::{FlowTable, SharedFlowTable, TableConfig, WhenFull};
@@ -33,6 +34,7 @@ use tracing::{debug, info, warn};
 
 use crate::afpacket::{self, FanoutGroup, RingConfig, TxSocket};
 use crate::error::RuntimeError;
+use crate::metrics::{Exporter, RoundFigures};
 use crate::nf::{FlowRecord, NetworkFunction};
 use crate::steer::Steering;
 use crate::worker::{Clock, Core, Finished, ToController, ToWorker, Worker, WorkerReport};
@@ -90,6 +92,8 @@ pub struct Config {
     pub handoff_timeout: Duration,
     /// Stop after this long (`None`: until the stop flag).
     pub duration: Option<Duration>,
+    /// Serve the daemon's metrics here (`None`: none), updated every round.
+    pub metrics: Option<SocketAddr>,
 }
 
 impl Config {
@@ -115,6 +119,7 @@ impl Config {
             ring: RingConfig::default(),
             handoff_timeout: DEFAULT_HANDOFF_TIMEOUT,
             duration: None,
+            metrics: None,
         }
     }
 }
@@ -184,6 +189,14 @@ pub fn run<N: NetworkFunction>(
         .as_deref()
         .map(afpacket::ifindex)
         .transpose()?;
+    // Bound before anything is loaded: a busy port must not cost an attach.
+    let exporter = config
+        .metrics
+        .map(|addr| Exporter::start(addr, &config.input))
+        .transpose()?;
+    if let Some(e) = &exporter {
+        info!("metrics at http://{}/metrics", e.addr());
+    }
     let key = RssKey::microsoft();
     let steering = Steering::load(config.buckets, &key)?;
     let FanoutGroup { parking, rings, id } =
@@ -275,6 +288,7 @@ pub fn run<N: NetworkFunction>(
         forced: vec![false; config.buckets],
         summary: HandoffSummary::default(),
         started: Instant::now(),
+        exporter,
     };
     let result = controller.rounds(&mut table, &clocks, stop);
     // Whatever happened, the workers drain and exit.
@@ -345,6 +359,7 @@ struct Controller<'a, S> {
     forced: Vec<bool>,
     summary: HandoffSummary,
     started: Instant,
+    exporter: Option<Exporter>,
 }
 
 /// How long the controller waits for a worker to answer an `Expect`.
@@ -522,6 +537,7 @@ impl<S> Controller<'_, S> {
             next += interval;
             rounds += 1;
             let now = self.now();
+            let round_start = Instant::now();
 
             let fresh: Vec<u64> = (0..self.config.buckets)
                 .map(|b| self.steering.count(b))
@@ -538,6 +554,14 @@ impl<S> Controller<'_, S> {
                 })
                 .collect();
             times = fresh;
+            // Each worker's packets this round, by the table before the
+            // round's moves; the imbalance is over the workers in use.
+            let mut pps = vec![0.0; n];
+            for (b, &p) in bucket_packets.iter().enumerate() {
+                pps[table.core_of(b)] += p as f64;
+            }
+            let in_use: Vec<f64> = table.cores_in_use().iter().map(|&c| pps[c]).collect();
+            let imbalance = imbalance_ratio(&in_use);
 
             let held = self.handoffs.held();
             let mut moved: Vec<usize> = Vec::new();
@@ -571,6 +595,23 @@ impl<S> Controller<'_, S> {
                 moved.extend(plan.moves.iter().map(|m| m.bucket));
             }
             migrations += moved.len() as u64;
+            if let Some(exporter) = &self.exporter {
+                let live: Vec<_> = clocks.iter().map(|c| c.counts()).collect();
+                exporter.publish(&RoundFigures {
+                    cpus: &self.config.cpus,
+                    loads: &loads,
+                    counts: &live,
+                    bucket_totals: &counts,
+                    table,
+                    imbalance,
+                    migrations,
+                    rounds,
+                    interval: control.interval(),
+                    took: round_start.elapsed(),
+                    handoffs_pending: self.handoffs.len(),
+                    handoffs: self.handoffs.totals(),
+                });
+            }
             debug!(
                 round = rounds,
                 ?loads,

@@ -224,7 +224,7 @@ fn run(test: &str, extra: &[&str]) -> Run {
     let nf = Command::new("ip")
         .args(["netns", "exec", &ns.name, RSSPP, "nf", "--in", "veth1"])
         .args(["--out", "veth2", "--cpus", "0,1", "--chain", "monitor"])
-        .args(["--churn", "16", "--duration", "9", "--json"])
+        .args(["--churn", "16", "--duration", "9", "--json", "--no-metrics"])
         .arg("--flows-out")
         .arg(&flows_out)
         .args(extra)

@@ -43,7 +43,8 @@ enum MovesArg {
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:\n  \
 rsspp nf --in veth1 --cpus 0-3 --duration 10 --json\n  \
-rsspp nf --in eth0 --out eth1 --cpus 2,3 --chain monitor --flows-out flows.jsonl")]
+rsspp nf --in eth0 --out eth1 --cpus 2,3 --chain monitor --flows-out flows.jsonl\n\n\
+Metrics are served at http://127.0.0.1:9464/metrics, as by `rsspp run`; watch them live with `rsspp top`.")]
 pub struct NfArgs {
     /// Interface to receive from.
     #[arg(long = "in", value_name = "IFACE")]
@@ -91,6 +92,14 @@ pub struct NfArgs {
     /// Print the summary as JSON on exit.
     #[arg(long)]
     json: bool,
+
+    // Metrics, as `rsspp run`'s (the same exporter: `rsspp top` reads it).
+    /// Where to serve the metrics (Prometheus text format, /metrics).
+    #[arg(long, default_value = "127.0.0.1:9464", value_name = "ADDR")]
+    metrics_addr: String,
+    /// Serve no metrics.
+    #[arg(long, conflicts_with = "metrics_addr")]
+    no_metrics: bool,
 }
 
 fn check(args: &NfArgs) -> Result<Config, CliError> {
@@ -145,7 +154,21 @@ fn check(args: &NfArgs) -> Result<Config, CliError> {
     config.control.interval = Duration::from_millis(args.interval_ms);
     config.control.max_interval = config.control.max_interval.max(config.control.interval);
     config.duration = duration;
+    config.metrics = metrics_addr(args)?;
     Ok(config)
+}
+
+/// `--metrics-addr` unless `--no-metrics`.
+fn metrics_addr(args: &NfArgs) -> Result<Option<std::net::SocketAddr>, CliError> {
+    if args.no_metrics {
+        return Ok(None);
+    }
+    args.metrics_addr.parse().map(Some).map_err(|_| {
+        CliError::Invalid(format!(
+            "--metrics-addr {:?} is not an address:port (e.g. 127.0.0.1:9464)",
+            args.metrics_addr
+        ))
+    })
 }
 
 /// Runs `rsspp nf`.
