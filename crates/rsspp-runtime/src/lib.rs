@@ -15,8 +15,10 @@
 //! - [`nf`]: the network-function trait and the built-in functions.
 //! - [`runtime`]: the controller, the workers' setup, the summary.
 //! - [`metrics`]: the daemon's exporter, filled every round.
+//! - [`bench`]: `rsspp bench nf`, the cost per packet on a veth pair.
 
 pub mod afpacket;
+pub mod bench;
 pub mod error;
 pub mod metrics;
 pub mod nf;
