@@ -28,5 +28,5 @@ mod worker;
 
 pub use error::RuntimeError;
 pub use nf::{Chain, FlowRecord, NetworkFunction, Packet, Verdict};
-pub use runtime::{run, Config, Moves, Outcome, Summary, TableMode};
+pub use runtime::{run, Config, Moves, Outcome, ScalingSummary, Summary, TableMode};
 pub use worker::WorkerReport;

@@ -28,7 +28,9 @@ use rsspp_core::measure::{imbalance_ratio, load_from_busy};
 use rsspp_core::rand::SplitMix64;
 use rsspp_core::state::marks::Shard;
 use rsspp_core::state::{FlowTable, SharedFlowTable, TableConfig, WhenFull};
-use rsspp_core::{ControlConfig, ControlLoop, IndirectionTable, MigrationPlan, RssKey, Toeplitz};
+use rsspp_core::{
+    ControlConfig, ControlLoop, IndirectionTable, MigrationPlan, RssKey, ScalingAction, Toeplitz,
+};
 use serde::Serialize;
 use tracing::{debug, info, warn};
 
@@ -134,6 +136,15 @@ pub struct HandoffSummary {
     pub early: u64,
 }
 
+/// Workers woken and put to sleep by CPU scaling.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct ScalingSummary {
+    /// Workers given buckets again (`ScalingAction::Add`).
+    pub woken: u64,
+    /// Workers emptied of their buckets (`ScalingAction::Remove`).
+    pub parked: u64,
+}
+
 /// What `rsspp nf --json` prints.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Summary {
@@ -150,6 +161,9 @@ pub struct Summary {
     pub migrations: u64,
     /// Controller rounds.
     pub rounds: u64,
+    /// CPU scaling (`--autoscale`): workers woken and workers put to
+    /// sleep (left without a bucket).
+    pub scaling: ScalingSummary,
     /// Handoffs by how they ended.
     pub handoffs: HandoffSummary,
     /// Per worker.
@@ -287,6 +301,7 @@ pub fn run<N: NetworkFunction>(
         handoffs: Handoffs::new(config.buckets, config.handoff_timeout),
         forced: vec![false; config.buckets],
         summary: HandoffSummary::default(),
+        scaling: ScalingSummary::default(),
         started: Instant::now(),
         exporter,
     };
@@ -313,6 +328,7 @@ pub fn run<N: NetworkFunction>(
     let mut summary = Summary {
         migrations,
         rounds,
+        scaling: controller.scaling,
         handoffs: controller.summary,
         ..Summary::default()
     };
@@ -358,6 +374,7 @@ struct Controller<'a, S> {
     /// Buckets whose handoff was told to stop waiting.
     forced: Vec<bool>,
     summary: HandoffSummary,
+    scaling: ScalingSummary,
     started: Instant,
     exporter: Option<Exporter>,
 }
@@ -573,8 +590,22 @@ impl<S> Controller<'_, S> {
                     match self.execute(&plan, table) {
                         Ok(()) => {
                             control.commit()?;
+                            let scaled = match tick.outcome.scaling {
+                                ScalingAction::Add(w) => {
+                                    self.scaling.woken += 1;
+                                    format!(", worker {w} (CPU {}) woken", self.config.cpus[w])
+                                }
+                                ScalingAction::Remove(w) => {
+                                    self.scaling.parked += 1;
+                                    format!(
+                                        ", worker {w} (CPU {}) emptied: it sleeps",
+                                        self.config.cpus[w]
+                                    )
+                                }
+                                ScalingAction::None | ScalingAction::NoSpareCore => String::new(),
+                            };
                             info!(
-                                "round {rounds}: rebalanced {} bucket(s); load imbalance {:.1}%",
+                                "round {rounds}: moved {} bucket(s){scaled}; load imbalance {:.1}%",
                                 plan.moves.len(),
                                 tick.imbalance * 100.0
                             );

@@ -136,6 +136,11 @@ pub struct WorkerReport {
     pub busy_ns: u64,
     /// Time waiting for frames, nanoseconds.
     pub idle_ns: u64,
+    /// Times CPU scaling left the worker without a bucket, so that it
+    /// slept (blocked on its inbox, not polling) until given one.
+    pub slept: u64,
+    /// Time asleep so (neither busy nor idle in its load), nanoseconds.
+    pub slept_ns: u64,
 }
 
 /// Everything a worker needs, moved into its thread.
@@ -372,8 +377,10 @@ impl<N: NetworkFunction> Worker<N> {
         // The kernel's count of frames dropped before the ring, which it
         // resets on every read.
         let mut ring_drops = 0;
+        // A message that woke the worker, handled first.
+        let mut woken_by = None;
         loop {
-            while let Ok(msg) = rx.try_recv() {
+            while let Some(msg) = woken_by.take().or_else(|| rx.try_recv().ok()) {
                 if let Some(marks) = core.message(msg) {
                     stats = Some(core.shard.stats());
                     // Every bucket still here leaves for nowhere once its
@@ -418,6 +425,26 @@ impl<N: NetworkFunction> Worker<N> {
                         core.deliver();
                         break;
                     }
+                }
+                if finishing.is_none() && core.shard.holds_nothing() {
+                    // Parked by CPU scaling: no bucket is steered here and
+                    // the ring is empty, so sleep until the controller (or
+                    // a peer handing a bucket over) says something.
+                    core.report.slept += 1;
+                    core.clock.publish(&core.report, ring_drops);
+                    tracing::debug!("worker {index} (CPU {cpu}) holds no bucket: asleep");
+                    woken_by = rx.recv().ok();
+                    let woke = monotonic_ns();
+                    core.report.slept_ns += woke.saturating_sub(now);
+                    last = woke;
+                    if woken_by.is_none() {
+                        // Disconnected: cannot happen (the worker holds a
+                        // sender of its own among its peers); leave rather
+                        // than spin.
+                        break;
+                    }
+                    tracing::debug!("worker {index} (CPU {cpu}) woken");
+                    continue;
                 }
                 ring.wait(1);
                 let waited = monotonic_ns();

@@ -100,6 +100,21 @@ pub struct NfArgs {
     /// Serve no metrics.
     #[arg(long, conflicts_with = "metrics_addr")]
     no_metrics: bool,
+
+    // CPU scaling, as `rsspp run`'s.
+    /// Put workers to sleep (no bucket, blocked until woken) while the
+    /// others can take their load, down to one; wake them under load.
+    #[arg(long, conflicts_with = "no_balance")]
+    autoscale: bool,
+    /// Average load of the working workers above which a sleeping one is
+    /// woken (with --autoscale).
+    #[arg(
+        long,
+        default_value_t = 0.8,
+        value_name = "X",
+        allow_negative_numbers = true
+    )]
+    target_load: f64,
 }
 
 fn check(args: &NfArgs) -> Result<Config, CliError> {
@@ -155,6 +170,19 @@ fn check(args: &NfArgs) -> Result<Config, CliError> {
     config.control.max_interval = config.control.max_interval.max(config.control.interval);
     config.duration = duration;
     config.metrics = metrics_addr(args)?;
+    config.control.balance.autoscale = args.autoscale;
+    config.control.balance.target_load = args.target_load;
+    // A runtime may sleep down to one worker (the daemon keeps two CPUs).
+    config.control.balance.min_cores = 1;
+    config.control.validate().map_err(|e| {
+        CliError::setting(e, |setting| match setting {
+            rsspp_core::Setting::TargetLoad => {
+                Some(("--target-load", args.target_load.to_string()))
+            }
+            rsspp_core::Setting::Interval => Some(("--interval-ms", args.interval_ms.to_string())),
+            _ => None,
+        })
+    })?;
     Ok(config)
 }
 
@@ -204,7 +232,7 @@ pub fn run(args: &NfArgs) -> Result<(), CliError> {
         let dropped: u64 = s.dropped.values().sum();
         writeln!(
             stdout,
-            "received {}, forwarded {}, dropped {} {:?}, {} bucket moves in {} rounds ({} drained, {} early)",
+            "received {}, forwarded {}, dropped {} {:?}, {} bucket moves in {} rounds ({} drained, {} early){}",
             s.received,
             s.forwarded,
             dropped,
@@ -212,7 +240,15 @@ pub fn run(args: &NfArgs) -> Result<(), CliError> {
             s.migrations,
             s.rounds,
             s.handoffs.drained,
-            s.handoffs.early
+            s.handoffs.early,
+            if args.autoscale {
+                format!(
+                    "; workers put to sleep {} times, woken {} times",
+                    s.scaling.parked, s.scaling.woken
+                )
+            } else {
+                String::new()
+            }
         )
     };
     written.map_err(|e| {
