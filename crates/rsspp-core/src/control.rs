@@ -382,6 +382,51 @@ mod tests {
     }
 
     #[test]
+    fn autoscale_parks_down_to_one_core_and_wakes_one_under_load() {
+        // The driver's clock is passed in: each round at the loop's own
+        // deadline, as `rsspp nf`'s controller calls it.
+        let mut config = ControlConfig::default();
+        config.balance.autoscale = true;
+        config.balance.min_cores = 1;
+        let mut ctl = ControlLoop::new(config);
+        let mut table = IndirectionTable::equal(128, 2).unwrap();
+        let quiet = vec![0.1 / 128.0; 128];
+        let t = round(&mut ctl, &mut table, Duration::ZERO, &quiet, 2);
+        assert_eq!(t.outcome.scaling, ScalingAction::Remove(1));
+        assert!(t
+            .outcome
+            .plan
+            .moves
+            .iter()
+            .all(|m| m.from == 1 && m.to == 0));
+        assert_eq!(table.cores_in_use(), vec![0]);
+        // Still quiet: one core stays, nothing moves, the rounds back off.
+        for _ in 0..3 {
+            let now = ctl.next_deadline();
+            let t = round(&mut ctl, &mut table, now, &quiet, 2);
+            assert_eq!(t.outcome.scaling, ScalingAction::None);
+            assert!(t.outcome.plan.is_empty());
+        }
+        assert!(ctl.interval() > config.interval);
+        // Load: core 0 alone at 0.95 > 0.8; core 1 comes back and takes
+        // about half, and the rounds return to the base interval.
+        let busy = vec![0.95 / 128.0; 128];
+        let now = ctl.next_deadline();
+        let t = round(&mut ctl, &mut table, now, &busy, 2);
+        assert_eq!(t.outcome.scaling, ScalingAction::Add(1));
+        assert!(t
+            .outcome
+            .plan
+            .moves
+            .iter()
+            .all(|m| m.from == 0 && m.to == 1));
+        assert_eq!(table.cores_in_use(), vec![0, 1]);
+        let (_, loads) = measure(&table, &busy, 2);
+        assert!((loads[0] - loads[1]).abs() < 0.05, "{loads:?}");
+        assert_eq!(ctl.interval(), config.interval);
+    }
+
+    #[test]
     fn settings_out_of_range_are_named() {
         assert_eq!(ControlConfig::default().validate(), Ok(()));
         let named = |c: ControlConfig| match c.validate() {

@@ -1,16 +1,23 @@
-//! The daemon's metrics: a snapshot filled after every round, its rendering
-//! in the Prometheus text exposition format (0.0.4), and the HTTP server
-//! that serves it at `/metrics`.
+//! The metrics of a balancer — the daemon (`rsspp run`) and the userspace
+//! runtime (`rsspp nf`) alike: a snapshot filled after every round, its
+//! rendering in the Prometheus text exposition format (0.0.4), and the HTTP
+//! server that serves it at `/metrics`. Both export the same series under
+//! the same names, so `rsspp top` reads either.
 //!
-//! The daemon owns a [`SharedMetrics`] and updates it once per round; the
+//! The balancer owns a [`SharedMetrics`] and updates it once per round; the
 //! server thread clones the snapshot under the lock and renders it outside,
-//! so a scrape never holds the daemon up for longer than a copy.
+//! so a scrape never holds the balancer up for longer than a copy.
 //!
 //! ```
 //! use rsspp_linux::metrics::{render, CpuMetrics, MetricsSnapshot};
 //!
 //! let mut s = MetricsSnapshot::new("eth0", "software");
-//! s.cpus.push(CpuMetrics { cpu: 0, load: 0.5, packets_total: 1000, cpumap_full_total: 0 });
+//! s.cpus.push(CpuMetrics {
+//!     cpu: 0,
+//!     load: 0.5,
+//!     packets_total: 1000,
+//!     dropped: vec![("cpumap_full".into(), 0)],
+//! });
 //! assert!(render(&s).contains("rsspp_cpu_load{iface=\"eth0\",cpu=\"0\"} 0.5\n"));
 //! ```
 
@@ -28,11 +35,13 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// Metric names, shared with `rsspp top`, which reads them back.
 pub mod names {
-    /// Gauge, always 1: the interface and mode as labels.
+    /// Gauge, always 1: the interface and mode as labels (`software` or
+    /// `hardware` for the daemon, `afpacket` for `rsspp nf`).
     pub const INFO: &str = "rsspp_info";
     /// Gauge per CPU: busy fraction over the last interval.
     pub const CPU_LOAD: &str = "rsspp_cpu_load";
-    /// Counter per CPU: packets steered to or counted on it.
+    /// Counter per CPU: packets steered to or counted on it (`rsspp nf`:
+    /// taken by its worker).
     pub const CPU_PACKETS_TOTAL: &str = "rsspp_cpu_packets_total";
     /// Counter per bucket: packets hashed into it.
     pub const BUCKET_PACKETS_TOTAL: &str = "rsspp_bucket_packets_total";
@@ -48,7 +57,8 @@ pub mod names {
     pub const INTERVAL_SECONDS: &str = "rsspp_interval_seconds";
     /// Histogram: time to compute and apply one rebalancing round.
     pub const REBALANCE_SECONDS: &str = "rsspp_rebalance_seconds";
-    /// Counter per CPU and reason: frames dropped on their way to the CPU.
+    /// Counter per CPU and reason: frames dropped on their way to the CPU
+    /// (`rsspp nf`: by its worker or before its ring).
     pub const DROPPED_PACKETS_TOTAL: &str = "rsspp_dropped_packets_total";
     /// Counter per kind: frames kept out of the buckets or not steered.
     pub const PACKETS_TOTAL: &str = "rsspp_packets_total";
@@ -66,11 +76,14 @@ pub struct CpuMetrics {
     /// Busy fraction over the last interval, 0 to 1.
     pub load: f64,
     /// Packets steered to (software mode) or counted on (hardware mode) this
-    /// CPU since the daemon started.
+    /// CPU since the daemon started; for `rsspp nf`, taken from the ring of
+    /// the CPU's worker.
     pub packets_total: u64,
-    /// Frames dropped because this CPU's CPUMAP queue was full (software
-    /// mode), since the daemon started.
-    pub cpumap_full_total: u64,
+    /// Frames dropped since the start, by reason, each rendered even when
+    /// zero: the daemon's `cpumap_full` (this CPU's CPUMAP queue was full);
+    /// `rsspp nf`'s `ring_full`, `not_ip`, `sink` and the others of its
+    /// summary.
+    pub dropped: Vec<(String, u64)>,
 }
 
 /// One bucket of the indirection table.
@@ -104,13 +117,12 @@ pub struct MetricsSnapshot {
     pub interval_seconds: f64,
     /// Duration of each round (read counters, rebalance, apply the table).
     pub rebalance_seconds: Histogram,
-    /// Frames that were neither IPv4 nor IPv6 (steered to the default CPU
-    /// or passed).
-    pub not_ip_total: u64,
-    /// Frames with cut-short or invalid headers.
-    pub malformed_total: u64,
-    /// Frames whose redirect failed (passed up on the receiving CPU).
-    pub redirect_failed_total: u64,
+    /// Frames kept out of the buckets or not steered, by kind: the
+    /// daemon's `not_ip` (neither IPv4 nor IPv6: steered to the default CPU
+    /// or passed), `malformed` (cut-short or invalid headers) and
+    /// `redirect_failed` (passed up on the receiving CPU); `rsspp nf`'s
+    /// `not_ip` and `malformed`.
+    pub packets_by_kind: Vec<(&'static str, u64)>,
     /// Buckets moved but still draining from their old CPU.
     pub handoffs_pending: usize,
     /// Handoffs completed since the start, by how they ended.
@@ -131,9 +143,7 @@ impl MetricsSnapshot {
             rounds_total: 0,
             interval_seconds: 0.0,
             rebalance_seconds: Histogram::rebalance(),
-            not_ip_total: 0,
-            malformed_total: 0,
-            redirect_failed_total: 0,
+            packets_by_kind: Vec::new(),
             handoffs_pending: 0,
             handoffs: Default::default(),
         }
@@ -216,7 +226,7 @@ pub fn render(s: &MetricsSnapshot) -> String {
         &mut out,
         INFO,
         "gauge",
-        "The interface this daemon balances and its mode (always 1).",
+        "The interface balanced and the mode: software or hardware (rsspp run), afpacket (rsspp nf) (always 1).",
     );
     let _ = writeln!(out, "{INFO}{{{iface},mode=\"{}\"}} 1", label_value(&s.mode));
 
@@ -253,14 +263,17 @@ pub fn render(s: &MetricsSnapshot) -> String {
         &mut out,
         DROPPED_PACKETS_TOTAL,
         "counter",
-        "Frames dropped on their way to the CPU (cpumap_full: its CPUMAP queue was full).",
+        "Frames dropped on their way to the CPU or on it, by reason (cpumap_full: its CPUMAP queue was full; rsspp nf: ring_full before the worker's ring, the others by the worker).",
     );
     for c in &s.cpus {
-        let _ = writeln!(
-            out,
-            "{DROPPED_PACKETS_TOTAL}{{{iface},cpu=\"{}\",reason=\"cpumap_full\"}} {}",
-            c.cpu, c.cpumap_full_total
-        );
+        for (reason, n) in &c.dropped {
+            let _ = writeln!(
+                out,
+                "{DROPPED_PACKETS_TOTAL}{{{iface},cpu=\"{}\",reason=\"{}\"}} {n}",
+                c.cpu,
+                label_value(reason)
+            );
+        }
     }
 
     header(
@@ -269,12 +282,12 @@ pub fn render(s: &MetricsSnapshot) -> String {
         "counter",
         "Frames kept out of the buckets (not_ip, malformed) or not steered (redirect_failed: passed up on the receiving CPU).",
     );
-    for (kind, n) in [
-        ("not_ip", s.not_ip_total),
-        ("malformed", s.malformed_total),
-        ("redirect_failed", s.redirect_failed_total),
-    ] {
-        let _ = writeln!(out, "{PACKETS_TOTAL}{{{iface},kind=\"{kind}\"}} {n}");
+    for (kind, n) in &s.packets_by_kind {
+        let _ = writeln!(
+            out,
+            "{PACKETS_TOTAL}{{{iface},kind=\"{}\"}} {n}",
+            label_value(kind)
+        );
     }
 
     header(

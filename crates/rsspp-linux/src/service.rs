@@ -768,9 +768,11 @@ fn load_counter(options: &XdpOptions) -> Result<Xdp, XdpError> {
 pub(crate) fn publish_other_counts(shared: &SharedMetrics, xdp: &Xdp) {
     match xdp.other_counts() {
         Ok(o) => shared.update(|s| {
-            s.not_ip_total = o.not_ip;
-            s.malformed_total = o.malformed;
-            s.redirect_failed_total = o.redirect_failed;
+            s.packets_by_kind = vec![
+                ("not_ip", o.not_ip),
+                ("malformed", o.malformed),
+                ("redirect_failed", o.redirect_failed),
+            ];
         }),
         Err(e) => warn!("{e}"),
     }
@@ -798,7 +800,7 @@ pub(crate) fn publish_round<D: DataPath, B: BusyClock>(
                     cpu,
                     load: round.map_or(0.0, |r| r.load[i]),
                     packets_total,
-                    cpumap_full_total,
+                    dropped: vec![("cpumap_full".into(), cpumap_full_total)],
                 },
             )
             .collect();

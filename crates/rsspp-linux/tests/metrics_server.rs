@@ -20,7 +20,7 @@ fn shared() -> SharedMetrics {
         cpu: 1,
         load: 0.75,
         packets_total: 12,
-        cpumap_full_total: 0,
+        dropped: vec![("cpumap_full".into(), 0)],
     });
     SharedMetrics::new(s)
 }

@@ -338,6 +338,24 @@ pub struct Frame<'a> {
 }
 
 impl RxRing {
+    /// A ring socket of its own on `ifindex`, in no fanout group: every
+    /// frame the interface receives (the host's own outgoing ones left
+    /// out). The plain kernel receive path `rsspp bench nf` compares with.
+    pub fn plain(ifindex: u32, config: RingConfig) -> Result<Self, RuntimeError> {
+        let protocol = libc::ETH_P_ALL as u16;
+        let fd = socket(protocol)?;
+        let ring = RxRing::new(fd, config)?;
+        let _ = setsockopt(
+            ring.fd.as_raw_fd(),
+            libc::SOL_PACKET,
+            PACKET_IGNORE_OUTGOING,
+            &1i32,
+            "ignoring outgoing frames",
+        );
+        bind(ring.fd.as_raw_fd(), ifindex, protocol)?;
+        Ok(ring)
+    }
+
     fn new(fd: OwnedFd, config: RingConfig) -> Result<Self, RuntimeError> {
         setsockopt(
             fd.as_raw_fd(),

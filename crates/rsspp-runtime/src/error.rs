@@ -73,6 +73,9 @@ pub enum RuntimeError {
     /// The control loop refused a round.
     #[error(transparent)]
     Control(#[from] rsspp_core::control::ControlError),
+    /// The metrics server could not start.
+    #[error(transparent)]
+    Metrics(#[from] rsspp_linux::metrics::MetricsError),
     /// Writing the flows file.
     #[error("writing {path}: {source}")]
     Output {

@@ -14,9 +14,13 @@
 //! - [`afpacket`] and [`steer`]: the thin layer that reaches the kernel.
 //! - [`nf`]: the network-function trait and the built-in functions.
 //! - [`runtime`]: the controller, the workers' setup, the summary.
+//! - [`metrics`]: the daemon's exporter, filled every round.
+//! - [`bench`]: `rsspp bench nf`, the cost per packet on a veth pair.
 
 pub mod afpacket;
+pub mod bench;
 pub mod error;
+pub mod metrics;
 pub mod nf;
 pub mod runtime;
 pub mod steer;
@@ -24,5 +28,5 @@ mod worker;
 
 pub use error::RuntimeError;
 pub use nf::{Chain, ChainConfig, FlowRecord, Flows, NetworkFunction, Packet, Verdict};
-pub use runtime::{run, Config, Moves, Outcome, Summary, TableMode};
+pub use runtime::{run, Config, Moves, Outcome, ScalingSummary, Summary, TableMode};
 pub use worker::WorkerReport;

@@ -17,22 +17,26 @@
 //! ```
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use rsspp_core::handoff::{Completion, Handoffs, DEFAULT_HANDOFF_TIMEOUT};
-use rsspp_core::measure::load_from_busy;
+use rsspp_core::measure::{imbalance_ratio, load_from_busy};
 use rsspp_core::rand::SplitMix64;
 use rsspp_core::state::marks::Shard;
 use rsspp_core::state::{FlowTable, SharedFlowTable, TableConfig, WhenFull};
-use rsspp_core::{ControlConfig, ControlLoop, IndirectionTable, MigrationPlan, RssKey, Toeplitz};
+use rsspp_core::{
+    ControlConfig, ControlLoop, IndirectionTable, MigrationPlan, RssKey, ScalingAction, Toeplitz,
+};
 use serde::Serialize;
 use tracing::{debug, info, warn};
 
 use crate::afpacket::{self, FanoutGroup, RingConfig, TxSocket};
 use crate::error::RuntimeError;
+use crate::metrics::{Exporter, RoundFigures};
 use crate::nf::{FlowRecord, NetworkFunction};
 use crate::steer::Steering;
 use crate::worker::{Clock, Core, Finished, ToController, ToWorker, Worker, WorkerReport};
@@ -93,6 +97,8 @@ pub struct Config {
     /// The Toeplitz key the steering hashes with (symmetric when the chain
     /// tracks connections: both directions in one bucket).
     pub key: RssKey,
+    /// Serve the daemon's metrics here (`None`: none), updated every round.
+    pub metrics: Option<SocketAddr>,
 }
 
 impl Config {
@@ -119,6 +125,7 @@ impl Config {
             handoff_timeout: DEFAULT_HANDOFF_TIMEOUT,
             duration: None,
             key: RssKey::microsoft(),
+            metrics: None,
         }
     }
 }
@@ -131,6 +138,15 @@ pub struct HandoffSummary {
     /// The state left before (immediate moves, or forced after the
     /// timeout).
     pub early: u64,
+}
+
+/// Workers woken and put to sleep by CPU scaling.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct ScalingSummary {
+    /// Workers given buckets again (`ScalingAction::Add`).
+    pub woken: u64,
+    /// Workers emptied of their buckets (`ScalingAction::Remove`).
+    pub parked: u64,
 }
 
 /// What `rsspp nf --json` prints.
@@ -149,6 +165,9 @@ pub struct Summary {
     pub migrations: u64,
     /// Controller rounds.
     pub rounds: u64,
+    /// CPU scaling (`--autoscale`): workers woken and workers put to
+    /// sleep (left without a bucket).
+    pub scaling: ScalingSummary,
     /// Handoffs by how they ended.
     pub handoffs: HandoffSummary,
     /// Per worker.
@@ -188,6 +207,14 @@ pub fn run<N: NetworkFunction>(
         .as_deref()
         .map(afpacket::ifindex)
         .transpose()?;
+    // Bound before anything is loaded: a busy port must not cost an attach.
+    let exporter = config
+        .metrics
+        .map(|addr| Exporter::start(addr, &config.input))
+        .transpose()?;
+    if let Some(e) = &exporter {
+        info!("metrics at http://{}/metrics", e.addr());
+    }
     let key = config.key.clone();
     let steering = Steering::load(config.buckets, &key)?;
     let FanoutGroup { parking, rings, id } =
@@ -278,7 +305,9 @@ pub fn run<N: NetworkFunction>(
         handoffs: Handoffs::new(config.buckets, config.handoff_timeout),
         forced: vec![false; config.buckets],
         summary: HandoffSummary::default(),
+        scaling: ScalingSummary::default(),
         started: Instant::now(),
+        exporter,
     };
     let result = controller.rounds(&mut table, &clocks, stop);
     // Whatever happened, the workers drain and exit.
@@ -303,6 +332,7 @@ pub fn run<N: NetworkFunction>(
     let mut summary = Summary {
         migrations,
         rounds,
+        scaling: controller.scaling,
         handoffs: controller.summary,
         ..Summary::default()
     };
@@ -348,7 +378,9 @@ struct Controller<'a, S> {
     /// Buckets whose handoff was told to stop waiting.
     forced: Vec<bool>,
     summary: HandoffSummary,
+    scaling: ScalingSummary,
     started: Instant,
+    exporter: Option<Exporter>,
 }
 
 /// How long the controller waits for a worker to answer an `Expect`.
@@ -526,6 +558,7 @@ impl<S> Controller<'_, S> {
             next += interval;
             rounds += 1;
             let now = self.now();
+            let round_start = Instant::now();
 
             let fresh: Vec<u64> = (0..self.config.buckets)
                 .map(|b| self.steering.count(b))
@@ -542,6 +575,14 @@ impl<S> Controller<'_, S> {
                 })
                 .collect();
             times = fresh;
+            // Each worker's packets this round, by the table before the
+            // round's moves; the imbalance is over the workers in use.
+            let mut pps = vec![0.0; n];
+            for (b, &p) in bucket_packets.iter().enumerate() {
+                pps[table.core_of(b)] += p as f64;
+            }
+            let in_use: Vec<f64> = table.cores_in_use().iter().map(|&c| pps[c]).collect();
+            let imbalance = imbalance_ratio(&in_use);
 
             let held = self.handoffs.held();
             let mut moved: Vec<usize> = Vec::new();
@@ -553,8 +594,22 @@ impl<S> Controller<'_, S> {
                     match self.execute(&plan, table) {
                         Ok(()) => {
                             control.commit()?;
+                            let scaled = match tick.outcome.scaling {
+                                ScalingAction::Add(w) => {
+                                    self.scaling.woken += 1;
+                                    format!(", worker {w} (CPU {}) woken", self.config.cpus[w])
+                                }
+                                ScalingAction::Remove(w) => {
+                                    self.scaling.parked += 1;
+                                    format!(
+                                        ", worker {w} (CPU {}) emptied: it sleeps",
+                                        self.config.cpus[w]
+                                    )
+                                }
+                                ScalingAction::None | ScalingAction::NoSpareCore => String::new(),
+                            };
                             info!(
-                                "round {rounds}: rebalanced {} bucket(s); load imbalance {:.1}%",
+                                "round {rounds}: moved {} bucket(s){scaled}; load imbalance {:.1}%",
                                 plan.moves.len(),
                                 tick.imbalance * 100.0
                             );
@@ -575,6 +630,23 @@ impl<S> Controller<'_, S> {
                 moved.extend(plan.moves.iter().map(|m| m.bucket));
             }
             migrations += moved.len() as u64;
+            if let Some(exporter) = &self.exporter {
+                let live: Vec<_> = clocks.iter().map(|c| c.counts()).collect();
+                exporter.publish(&RoundFigures {
+                    cpus: &self.config.cpus,
+                    loads: &loads,
+                    counts: &live,
+                    bucket_totals: &counts,
+                    table,
+                    imbalance,
+                    migrations,
+                    rounds,
+                    interval: control.interval(),
+                    took: round_start.elapsed(),
+                    handoffs_pending: self.handoffs.len(),
+                    handoffs: self.handoffs.totals(),
+                });
+            }
             debug!(
                 round = rounds,
                 ?loads,

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use crossbeam_channel::{Receiver, Sender};
 use rsspp_core::state::marks::{Moving, Shard, Take};
@@ -65,12 +65,47 @@ pub(crate) enum ToController {
     Refused { worker: usize, error: String },
 }
 
-/// Time a worker spent processing and waiting, for its load.
+/// Time a worker spent processing and waiting, for its load, and its
+/// counts as of its last publication, for the metrics.
 #[derive(Debug, Default)]
 pub(crate) struct Clock {
     pub busy_ns: AtomicU64,
     pub idle_ns: AtomicU64,
+    counts: Mutex<LiveCounts>,
 }
+
+/// A worker's counts while it runs, published about every
+/// [`PUBLISH_NS`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct LiveCounts {
+    /// Frames taken from its ring.
+    pub received: u64,
+    /// Frames dropped, by reason (`ring_full` included).
+    pub dropped: BTreeMap<String, u64>,
+}
+
+impl Clock {
+    /// The counts last published.
+    pub(crate) fn counts(&self) -> LiveCounts {
+        self.counts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn publish(&self, report: &WorkerReport, ring_drops: u64) {
+        let mut c = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        c.received = report.received;
+        c.dropped.clone_from(&report.dropped);
+        if ring_drops > 0 {
+            c.dropped.insert("ring_full".into(), ring_drops);
+        }
+    }
+}
+
+/// How often a worker publishes its counts (the metrics read them once a
+/// round).
+const PUBLISH_NS: u64 = 50_000_000;
 
 /// A worker's totals, in the summary.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -101,6 +136,11 @@ pub struct WorkerReport {
     pub busy_ns: u64,
     /// Time waiting for frames, nanoseconds.
     pub idle_ns: u64,
+    /// Times CPU scaling left the worker without a bucket, so that it
+    /// slept (blocked on its inbox, not polling) until given one.
+    pub slept: u64,
+    /// Time asleep so (neither busy nor idle in its load), nanoseconds.
+    pub slept_ns: u64,
 }
 
 /// Everything a worker needs, moved into its thread.
@@ -336,8 +376,14 @@ impl<N: NetworkFunction> Worker<N> {
         // The moves' counters, before the final drain's.
         let mut stats = None;
         let mut last = monotonic_ns();
+        let mut published = last;
+        // The kernel's count of frames dropped before the ring, which it
+        // resets on every read.
+        let mut ring_drops = 0;
+        // A message that woke the worker, handled first.
+        let mut woken_by = None;
         loop {
-            while let Ok(msg) = rx.try_recv() {
+            while let Some(msg) = woken_by.take().or_else(|| rx.try_recv().ok()) {
                 if let Some(marks) = core.message(msg) {
                     stats = Some(core.shard.stats());
                     // Every bucket still here leaves for nowhere once its
@@ -354,6 +400,11 @@ impl<N: NetworkFunction> Worker<N> {
             }
             let n = ring.next_block(|frame| core.frame(frame));
             let now = monotonic_ns();
+            if now.saturating_sub(published) >= PUBLISH_NS {
+                ring_drops += ring.drops();
+                core.clock.publish(&core.report, ring_drops);
+                published = now;
+            }
             // Time since `last` (messages, this block) was work when a block
             // came, polling otherwise.
             if n > 0 {
@@ -378,6 +429,26 @@ impl<N: NetworkFunction> Worker<N> {
                         break;
                     }
                 }
+                if finishing.is_none() && core.shard.holds_nothing() {
+                    // Parked by CPU scaling: no bucket is steered here and
+                    // the ring is empty, so sleep until the controller (or
+                    // a peer handing a bucket over) says something.
+                    core.report.slept += 1;
+                    core.clock.publish(&core.report, ring_drops);
+                    tracing::debug!("worker {index} (CPU {cpu}) holds no bucket: asleep");
+                    woken_by = rx.recv().ok();
+                    let woke = monotonic_ns();
+                    core.report.slept_ns += woke.saturating_sub(now);
+                    last = woke;
+                    if woken_by.is_none() {
+                        // Disconnected: cannot happen (the worker holds a
+                        // sender of its own among its peers); leave rather
+                        // than spin.
+                        break;
+                    }
+                    tracing::debug!("worker {index} (CPU {cpu}) woken");
+                    continue;
+                }
                 ring.wait(1);
                 let waited = monotonic_ns();
                 core.clock
@@ -388,7 +459,8 @@ impl<N: NetworkFunction> Worker<N> {
             }
             last = now;
         }
-        let ring_drops = ring.drops();
+        ring_drops += ring.drops();
+        core.clock.publish(&core.report, ring_drops);
         if ring_drops > 0 {
             core.report.dropped.insert("ring_full".into(), ring_drops);
         }

@@ -18,6 +18,7 @@
 
 #![warn(missing_docs)]
 
+pub mod calibration;
 pub mod compare;
 pub mod cost;
 pub mod engine;

@@ -76,6 +76,14 @@ pub enum CliError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// A cost-model file (`rsspp compare --cost-model`) that is refused.
+    #[error("--cost-model {path}: {source}")]
+    CostModel {
+        /// The file.
+        path: String,
+        /// What is wrong with it.
+        source: rsspp_sim::calibration::CalibrationError,
+    },
     /// A capture that cannot be read or a trace that cannot be generated.
     #[error("{path}: {source}")]
     Trace {
@@ -118,6 +126,9 @@ pub enum CliError {
     /// The state benchmark failed.
     #[error(transparent)]
     BenchState(#[from] BenchStateError),
+    /// `rsspp bench nf` could not run.
+    #[error(transparent)]
+    BenchNf(#[from] rsspp_runtime::bench::BenchNfError),
     /// `rsspp top` could not reach or read the daemon, or drive the terminal.
     #[error(transparent)]
     Top(#[from] crate::cmd::top::TopError),

@@ -529,3 +529,25 @@ fn nf_refuses_a_missing_interface_in_one_line() {
         "rsspp: error: no network interface named \"rsspp-none0\"\n"
     );
 }
+
+#[test]
+fn nf_refuses_bad_metrics_and_scaling_options_in_one_line() {
+    for (args, said) in [
+        (
+            &["--autoscale", "--target-load", "2"][..],
+            "rsspp: error: --target-load must be in (0, 1], got 2\n",
+        ),
+        (
+            &["--metrics-addr", "nope"][..],
+            "rsspp: error: --metrics-addr \"nope\" is not an address:port (e.g. 127.0.0.1:9464)\n",
+        ),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_rsspp"))
+            .args(["nf", "--in", "lo", "--cpus", "0"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stderr), said);
+    }
+}

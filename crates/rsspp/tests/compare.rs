@@ -209,3 +209,93 @@ fn bad_reframer_and_cache_settings_are_refused() {
     refused(&["--cache-flows", "3"], cache);
     refused(&["--cache-flows", "0"], cache);
 }
+
+/// A cost-model file with these functions' nanoseconds a packet.
+fn cost_model(dir: &std::path::Path, name: &str, functions: &[(&str, f64)]) -> String {
+    let functions: serde_json::Map<String, Value> = functions
+        .iter()
+        .map(|&(f, ns)| (f.to_string(), serde_json::json!({ "ns_per_packet": ns })))
+        .collect();
+    let text = serde_json::json!({
+        "format": "rsspp-cost-model",
+        "version": 1,
+        "source": "test",
+        "functions": functions,
+    });
+    let path = dir.join(name);
+    std::fs::write(&path, text.to_string()).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+fn cycles_per_packet(extra: &[&str]) -> f64 {
+    let out = json_of(
+        compare(&["--policies", "rss", "--duration", "0.5", "--cores", "2"])
+            .args(["--preset", "campus", "--speed", "0.1", "--json"])
+            .args(extra),
+    );
+    out["summary"]["rss"]["cycles_per_packet"].as_f64().unwrap()
+}
+
+#[test]
+fn a_cost_model_file_sets_the_cost_per_packet() {
+    let dir = tempdir();
+    let cheap = cost_model(&dir, "cheap.json", &[("monitor", 100.0)]);
+    let dear = cost_model(&dir, "dear.json", &[("monitor", 1000.0), ("dpi", 3000.0)]);
+    let default = cycles_per_packet(&[]);
+    let a = cycles_per_packet(&["--cost-model", &cheap]);
+    let b = cycles_per_packet(&["--cost-model", &dear, "--cost-function", "monitor"]);
+    let c = cycles_per_packet(&["--cost-model", &dear, "--cost-function", "dpi"]);
+    // 100 ns at 2.3 GHz is 230 cycles, state accesses on top; W (600 × 8
+    // cycles) is gone.
+    assert!((230.0..1000.0).contains(&a), "{a}");
+    assert!(b > 5.0 * a && c > 2.5 * b, "{a} {b} {c}");
+    assert!(default > 4800.0 && default > b, "{default} {b}");
+    // The text output says which function it took.
+    compare(&["--policies", "rss", "--duration", "0.2", "--cores", "2"])
+        .args(["--preset", "campus", "--cost-model", &cheap])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "cost model: monitor, 100.0 ns a packet measured → 210 cycles a packet at 2.3 GHz",
+        ));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn bad_cost_model_files_are_refused_with_a_clear_message() {
+    let dir = tempdir();
+    let two = cost_model(&dir, "two.json", &[("monitor", 100.0), ("dpi", 900.0)]);
+    let zero = cost_model(&dir, "zero.json", &[("monitor", 0.0)]);
+    let garbage = dir.join("garbage.json");
+    std::fs::write(&garbage, "{\"format\": 1").unwrap();
+    let garbage = garbage.to_str().unwrap();
+    let missing = dir.join("missing.json");
+    let missing = missing.to_str().unwrap();
+    refused(
+        &["--cost-model", &two],
+        "several functions (dpi, monitor): choose one with --cost-function",
+    );
+    refused(
+        &["--cost-model", &two, "--cost-function", "nat"],
+        "no function \"nat\" in the cost model (it has: dpi, monitor)",
+    );
+    refused(
+        &["--cost-model", &zero],
+        "functions.monitor.ns_per_packet is 0",
+    );
+    refused(&["--cost-model", garbage], "not a cost model:");
+    refused(&["--cost-model", missing], "missing.json");
+    rsspp()
+        .args([
+            "compare",
+            "--no-report",
+            "--cost-model",
+            &two,
+            "--work",
+            "5",
+        ])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("cannot be used with"));
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -21,7 +21,7 @@ fn snapshot() -> MetricsSnapshot {
             cpu,
             load,
             packets_total: 1000 * u64::from(cpu),
-            cpumap_full_total: 0,
+            dropped: vec![("cpumap_full".into(), 0)],
         })
         .collect();
     s.buckets = (0..64u32)

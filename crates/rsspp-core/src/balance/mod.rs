@@ -49,6 +49,9 @@ pub struct BalanceConfig {
     pub scale_down_slack: f64,
     /// Whether to add and remove cores.
     pub autoscale: bool,
+    /// Scaling: fewest cores kept active (2: a core is removed only from
+    /// three or more; 1: down to a single core).
+    pub min_cores: usize,
 }
 
 impl Default for BalanceConfig {
@@ -60,6 +63,7 @@ impl Default for BalanceConfig {
             target_load: 0.8,
             scale_down_slack: 0.05,
             autoscale: false,
+            min_cores: 2,
         }
     }
 }
@@ -160,6 +164,9 @@ impl BalanceConfig {
         if !ok(self.scale_down_slack) {
             return bad(Setting::ScaleDownSlack, "a non-negative number");
         }
+        if self.min_cores == 0 {
+            return bad(Setting::MinCores, "at least 1");
+        }
         Ok(())
     }
 }
@@ -178,6 +185,8 @@ pub enum Setting {
     TargetLoad,
     /// [`BalanceConfig::scale_down_slack`].
     ScaleDownSlack,
+    /// [`BalanceConfig::min_cores`].
+    MinCores,
     /// The control loop's base interval.
     Interval,
     /// The control loop's longest back-off interval.
@@ -200,6 +209,7 @@ impl std::fmt::Display for Setting {
             Setting::Saturation => "saturation",
             Setting::TargetLoad => "target load",
             Setting::ScaleDownSlack => "scale-down slack",
+            Setting::MinCores => "minimum cores",
             Setting::Interval => "interval",
             Setting::MaxInterval => "maximum interval",
             Setting::BackoffLoad => "back-off load",
@@ -291,6 +301,7 @@ pub fn rebalance_pinned(
             &active,
             config.target_load,
             config.scale_down_slack,
+            config.min_cores,
         )
     } else {
         ScalingAction::None

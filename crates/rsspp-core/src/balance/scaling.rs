@@ -25,14 +25,15 @@ pub enum ScalingAction {
 /// - Add the lowest-numbered idle core when the average demand of the active
 ///   cores exceeds `target`.
 /// - Remove the least loaded active core when `Σ (target − demand) > 1 + slack·N`
-///   and `N > 2`: the others can absorb a whole core of work and stay under
-///   the target (the `slack·N` margin keeps measurement noise from
-///   flapping the decision).
+///   and `N > min_cores`: the others can absorb a whole core of work and
+///   stay under the target (the `slack·N` margin keeps measurement noise
+///   from flapping the decision).
 pub fn decide(
     estimate: &LoadEstimate,
     active: &[CoreId],
     target: f64,
     slack: f64,
+    min_cores: usize,
 ) -> ScalingAction {
     let n = active.len();
     if n == 0 {
@@ -48,12 +49,12 @@ pub fn decide(
         };
     }
     let headroom: f64 = active.iter().map(|&c| target - demand(c)).sum();
-    if n > 2 && headroom > 1.0 + slack * n as f64 {
+    if n > min_cores.max(1) && headroom > 1.0 + slack * n as f64 {
         let victim = active
             .iter()
             .copied()
             .min_by(|&a, &b| demand(a).total_cmp(&demand(b)).then(b.cmp(&a)))
-            .expect("n > 2");
+            .expect("n > 1");
         return ScalingAction::Remove(victim);
     }
     ScalingAction::None

@@ -223,10 +223,24 @@ fn autoscale_removes_the_least_loaded_core_into_the_least_loaded_others() {
         after[..3].iter().all(|l| (l - 1.05 / 3.0).abs() < 0.02),
         "{after:?}"
     );
-    // Two cores never go below two.
+    // Two cores never go below two by default…
     let table = IndirectionTable::equal(128, 2).unwrap();
     let out = round(&table, &vec![0.01; 128], 2, &config);
     assert_eq!(out.scaling, ScalingAction::None);
+    // … and down to one when allowed, all the buckets on the busier core.
+    let one = BalanceConfig {
+        min_cores: 1,
+        ..config
+    };
+    let out = round(&table, &vec![0.001; 128], 2, &one);
+    assert_eq!(out.scaling, ScalingAction::Remove(1));
+    assert_eq!(out.active_cores, vec![0]);
+    assert!(out.table.entries().iter().all(|&c| c == 0));
+    let zero = BalanceConfig {
+        min_cores: 0,
+        ..config
+    };
+    assert!(zero.validate().is_err());
 }
 
 #[test]

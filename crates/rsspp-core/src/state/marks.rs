@@ -210,6 +210,13 @@ impl<S, P> Shard<S, P> {
             && !self.slots.iter().any(|s| matches!(s, Slot::Waiting { .. }))
     }
 
+    /// True when the shard holds no bucket and none is arriving or leaving:
+    /// nothing is steered to its core, which may sleep until told
+    /// otherwise (a core parked by CPU scaling).
+    pub fn holds_nothing(&self) -> bool {
+        self.is_settled() && self.states().next().is_none()
+    }
+
     fn check(&self, bucket: usize) -> Result<(), MarkError> {
         if bucket >= self.slots.len() {
             return Err(MarkError::UnknownBucket {
@@ -485,6 +492,23 @@ mod tests {
         assert_eq!(b.stats().accepted, 1);
         assert!(a.is_settled() && b.is_settled());
         assert!(matches!(a.take(1), Take::Stray));
+    }
+
+    #[test]
+    fn a_shard_holds_nothing_once_its_last_bucket_left_and_until_one_is_expected() {
+        let mut a: Shard<u32, ()> = Shard::new(0, 2, |b| (b == 0).then_some((0, 0)));
+        assert!(!a.holds_nothing());
+        a.release(0, 1, 2, false).unwrap();
+        assert!(!a.holds_nothing(), "leaving, two packets still due");
+        for _ in 0..2 {
+            assert!(matches!(a.take(0), Take::Process(_)));
+        }
+        a.settle();
+        assert!(!a.holds_nothing(), "released but not yet handed over");
+        assert_eq!(a.take_released().count(), 1);
+        assert!(a.holds_nothing());
+        a.expect(1).unwrap();
+        assert!(!a.holds_nothing(), "a bucket is arriving");
     }
 
     #[test]

@@ -12,13 +12,13 @@ fn snapshot() -> MetricsSnapshot {
             cpu: 0,
             load: 0.25,
             packets_total: 1000,
-            cpumap_full_total: 0,
+            dropped: vec![("cpumap_full".into(), 0)],
         },
         CpuMetrics {
             cpu: 3,
             load: 1.0,
             packets_total: 250_000,
-            cpumap_full_total: 0,
+            dropped: vec![("cpumap_full".into(), 0)],
         },
     ];
     s.buckets = (0..8u32)
@@ -27,6 +27,7 @@ fn snapshot() -> MetricsSnapshot {
             cpu: if i % 2 == 0 { 0 } else { 3 },
         })
         .collect();
+    s.packets_by_kind = vec![("not_ip", 0), ("malformed", 0), ("redirect_failed", 0)];
     s.imbalance_ratio = 249.0;
     s.migrations_total = 7;
     s.rounds_total = 42;
@@ -101,8 +102,8 @@ fn every_family_has_help_and_the_right_type() {
 #[test]
 fn per_cpu_and_per_bucket_series_carry_their_label() {
     let mut s = snapshot();
-    s.cpus[1].cpumap_full_total = 17;
-    s.malformed_total = 2;
+    s.cpus[1].dropped = vec![("cpumap_full".into(), 17)];
+    s.packets_by_kind = vec![("not_ip", 0), ("malformed", 2)];
     s.handoffs_pending = 3;
     s.handoffs.forced = 1;
     let (_, samples) = parse(&render(&s));

@@ -7,7 +7,7 @@ mod svg;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use crate::result::{Comparison, PolicyResult};

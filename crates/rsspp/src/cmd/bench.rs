@@ -37,6 +37,48 @@ enum BenchCommand {
     /// loaded but not attached, traffic made with BPF_PROG_TEST_RUN).
     /// Needs root.
     Daemon(BenchDaemonArgs),
+    /// `rsspp nf`'s CPU time per packet on a veth pair in a namespace of
+    /// its own, against a plain AF_PACKET reader; per chain: per-bucket
+    /// against shared flow table, RSS++ (rebalancing and --churn) against a
+    /// static table. Writes the simulator's cost model (--cost-out). Needs
+    /// root.
+    Nf(BenchNfArgs),
+}
+
+/// Arguments of `rsspp bench nf`.
+#[derive(Debug, Clone, Args)]
+pub struct BenchNfArgs {
+    /// The workers' CPUs (the plain reader runs on the first).
+    #[arg(long, default_value = "0,1", value_name = "LIST")]
+    cpus: String,
+    /// The sender's CPU.
+    #[arg(long, default_value_t = 0, value_name = "CPU")]
+    sender_cpu: u32,
+    /// Frames sent per run (64-byte UDP frames, as fast as the kernel
+    /// takes them).
+    #[arg(long, default_value_t = 300_000, value_name = "N")]
+    frames: u64,
+    /// Distinct flows in the traffic.
+    #[arg(long, default_value_t = 10_000, value_name = "N")]
+    flows: usize,
+    /// Rounds: every variant runs once a round, in turn; figures are
+    /// medians, ratios the median of the rounds' ratios.
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    rounds: usize,
+    /// Random buckets moved every round in the RSS++ variant.
+    #[arg(long, default_value_t = 16, value_name = "N")]
+    churn: usize,
+    /// Chains to measure, separated by `;` (default: each known function
+    /// alone).
+    #[arg(long, value_name = "CHAIN;...")]
+    chains: Option<String>,
+    /// Write each chain's CPU time per packet (static per-bucket run) as
+    /// the cost model `rsspp compare --cost-model FILE` reads.
+    #[arg(long, value_name = "FILE")]
+    cost_out: Option<std::path::PathBuf>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Arguments of `rsspp bench daemon`.
@@ -228,7 +270,129 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
         BenchCommand::State(a) => run_state(a),
         BenchCommand::Xdp(a) => crate::bench_xdp::run(a),
         BenchCommand::Daemon(a) => run_daemon(a),
+        BenchCommand::Nf(a) => run_nf(a),
     }
+}
+
+/// `rsspp bench nf`.
+fn run_nf(args: &BenchNfArgs) -> Result<(), CliError> {
+    use rsspp_runtime::bench::{measure, BenchNfConfig};
+    use rsspp_sim::calibration::{CostFile, FunctionCost};
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(CliError::Invalid(
+            "rsspp bench nf needs root: it makes a network namespace, raw sockets and a BPF program"
+                .into(),
+        ));
+    }
+    let list: rsspp_linux::cpu::CpuList = args.cpus.parse()?;
+    if list.is_empty() {
+        return Err(CliError::Invalid("--cpus names no CPU".into()));
+    }
+    let online = rsspp_linux::cpu::CpuList::online()?;
+    list.check_online(&online)?;
+    if !online.cpus().contains(&args.sender_cpu) {
+        return Err(CliError::Invalid(format!(
+            "--sender-cpu {} is not online",
+            args.sender_cpu
+        )));
+    }
+    for (flag, v) in [
+        ("--frames", args.frames),
+        ("--flows", args.flows as u64),
+        ("--rounds", args.rounds as u64),
+    ] {
+        if v == 0 {
+            return Err(CliError::OutOfRange {
+                flag,
+                expected: "at least 1".into(),
+                value: "0".into(),
+            });
+        }
+    }
+    if let Some(path) = &args.cost_out {
+        crate::atomic::check_destination(path)?;
+    }
+    let chains: Vec<String> = match &args.chains {
+        Some(list) => list.split(';').map(|c| c.trim().to_string()).collect(),
+        None => rsspp_runtime::nf::KNOWN
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+    };
+    let report = measure(&BenchNfConfig {
+        cpus: list.cpus().to_vec(),
+        sender_cpu: args.sender_cpu,
+        frames: args.frames,
+        flows: args.flows,
+        rounds: args.rounds,
+        churn: args.churn,
+        chains,
+    })?;
+    if let Some(path) = &args.cost_out {
+        let file = CostFile::new(
+            format!(
+                "rsspp bench nf: workers on CPUs {}, {} flows, static per-bucket table",
+                args.cpus, args.flows
+            ),
+            report
+                .chains
+                .iter()
+                .map(|c| {
+                    let ns = c.variants[0].ns_per_packet;
+                    (c.chain.clone(), FunctionCost { ns_per_packet: ns })
+                })
+                .collect(),
+        );
+        crate::atomic::write(path, file.to_json().as_bytes())?;
+    }
+    let text = if args.json {
+        serde_json::to_string_pretty(&report).expect("serialises") + "\n"
+    } else {
+        let mut t = format!(
+            "rsspp nf on veth, workers on CPUs {} and the sender on CPU {}: {} frames of {} UDP flows a run, {} rounds (medians)\n\
+             chain     variant  ns/packet  packets/s per core  kernel ns/packet  received/s  received\n",
+            args.cpus, report.sender_cpu, report.frames, report.flows, report.rounds
+        );
+        let mut row = |chain: &str, v: &rsspp_runtime::bench::VariantReport| {
+            t += &format!(
+                "{:<9} {:<8} {:>9.1} {:>19.0} {:>17.1} {:>11.0} {:>8.1}%\n",
+                chain,
+                v.variant,
+                v.ns_per_packet,
+                v.pps_per_core,
+                v.sender_ns_per_packet,
+                v.received_pps,
+                v.received_share * 100.0
+            );
+        };
+        row("-", &report.kernel);
+        for c in &report.chains {
+            for v in &c.variants {
+                row(&c.chain, v);
+            }
+        }
+        for c in &report.chains {
+            t += &format!(
+                "{}: per-bucket tables {:.2}x the shared table's packets/s per core (the paper: 1.2x); \
+                 RSS++ (rebalancing, --churn {}) costs {:.2}x the static table; {:.2}x the plain kernel reader's CPU a packet\n",
+                c.chain, c.per_bucket_speedup, report.churn, c.rsspp_cost_ratio, c.vs_kernel_ratio
+            );
+        }
+        t += "ns/packet: CPU time of the receiving threads (workers, or the plain reader) over the\n\
+              frames they took. kernel: one plain TPACKET_V3 socket read by one thread, counting frames.\n\
+              static: per-bucket tables, --no-balance; shared: --table shared; rsspp: rebalancing and\n\
+              --churn. kernel ns/packet: the sender thread's CPU per frame sent (transmit, the veth's\n\
+              receive, AF_PACKET delivery, the fanout program).\n";
+        if let Some(path) = &args.cost_out {
+            t += &format!("cost model written to {}\n", path.display());
+        }
+        t
+    };
+    std::io::stdout()
+        .lock()
+        .write_all(text.as_bytes())
+        .map_err(CliError::output)
 }
 
 /// One table size, as printed.

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
 use rsspp_core::{BalanceConfig, ControlConfig, Setting};
+use rsspp_sim::calibration::CostFile;
 use rsspp_sim::compare::{compare, CompareConfig, Progress};
 use rsspp_sim::cost::{StateAccess, StateTable};
 use rsspp_sim::engine::EngineConfig;
@@ -113,7 +114,12 @@ pub struct CompareArgs {
     #[arg(long, default_value_t = 1, value_name = "N")]
     seed: u64,
     /// W: pseudo-random numbers computed per packet (8 cycles each).
-    #[arg(long, default_value_t = 600, value_name = "W")]
+    #[arg(
+        long,
+        default_value_t = 600,
+        value_name = "W",
+        conflicts_with = "cost_model"
+    )]
     work: u32,
     /// Per-flow service-time skew (log-normal σ; 0: every flow alike).
     #[arg(
@@ -129,6 +135,14 @@ pub struct CompareArgs {
     /// Where flow-affine policies keep flow state.
     #[arg(long, value_enum, default_value = "per-bucket")]
     state_table: TableArg,
+    /// A cost model measured on real code (`rsspp bench nf --cost-out
+    /// FILE`): the function's CPU time per packet replaces the fixed cost
+    /// per packet and W.
+    #[arg(long, value_name = "FILE")]
+    cost_model: Option<PathBuf>,
+    /// The function of --cost-model to use (needed when it has several).
+    #[arg(long, value_name = "NAME", requires = "cost_model")]
+    cost_function: Option<String>,
     /// Core clock, GHz.
     #[arg(
         long,
@@ -281,6 +295,14 @@ pub fn run_compare(args: &CompareArgs) -> Result<(), CliError> {
         StateArg::None => StateAccess::None,
         StateArg::Write => StateAccess::Write,
     };
+    let calibrated = match &args.cost_model {
+        Some(path) => Some(calibrate(
+            path,
+            args.cost_function.as_deref(),
+            &mut engine.cost,
+        )?),
+        None => None,
+    };
     let policy = PolicyConfig {
         cores: args.cores,
         queue_size: args.queue_size,
@@ -355,6 +377,14 @@ pub fn run_compare(args: &CompareArgs) -> Result<(), CliError> {
             .map_err(|e| CliError::output(e.into()))?;
         writeln!(stdout).map_err(CliError::output)?;
     } else {
+        if let Some((name, ns)) = &calibrated {
+            writeln!(
+                stdout,
+                "cost model: {name}, {ns:.1} ns a packet measured → {} cycles a packet at {} GHz",
+                config.run.engine.cost.packet_cycles, config.run.engine.cost.clock_ghz
+            )
+            .map_err(CliError::output)?;
+        }
         print_table(&mut stdout, &comparison, out.speed, out.packets).map_err(CliError::output)?;
         print_sweep(&mut stdout, &comparison.sweep).map_err(CliError::output)?;
     }
@@ -376,6 +406,28 @@ pub fn run_compare(args: &CompareArgs) -> Result<(), CliError> {
         .map_err(CliError::output)?;
     }
     Ok(())
+}
+
+/// Reads `--cost-model` and sets `cost` from it; returns the function's
+/// name and its measured nanoseconds a packet.
+fn calibrate(
+    path: &Path,
+    function: Option<&str>,
+    cost: &mut rsspp_sim::cost::CostModel,
+) -> Result<(String, f64), CliError> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| CliError::Io {
+        path: shown.clone(),
+        source,
+    })?;
+    let refused = |source| CliError::CostModel {
+        path: shown.clone(),
+        source,
+    };
+    let file = CostFile::from_json(&text).map_err(refused)?;
+    let (name, f) = file.function(function).map_err(refused)?;
+    file.apply(Some(name), cost).map_err(refused)?;
+    Ok((name.to_string(), f.ns_per_packet))
 }
 
 /// One step of the progress line on standard error.

@@ -64,7 +64,8 @@ enum DpiActionArg {
 #[command(after_help = "Examples:\n  \
 rsspp nf --in veth1 --cpus 0-3 --duration 10 --json\n  \
 rsspp nf --in eth0 --out eth1 --cpus 2,3 --chain monitor --flows-out flows.jsonl\n  \
-rsspp nf --in eth0 --out eth1 --cpus 2,3 --chain firewall,nat,monitor --rules fw.rules --nat-pool 192.0.2.0/30")]
+rsspp nf --in eth0 --out eth1 --cpus 2,3 --chain firewall,nat,monitor --rules fw.rules --nat-pool 192.0.2.0/30\n\n\
+Metrics are served at http://127.0.0.1:9464/metrics, as by `rsspp run`; watch them live with `rsspp top`.")]
 pub struct NfArgs {
     /// Interface to receive from.
     #[arg(long = "in", value_name = "IFACE")]
@@ -133,6 +134,29 @@ pub struct NfArgs {
     /// Print the summary as JSON on exit.
     #[arg(long)]
     json: bool,
+
+    // Metrics, as `rsspp run`'s (the same exporter: `rsspp top` reads it).
+    /// Where to serve the metrics (Prometheus text format, /metrics).
+    #[arg(long, default_value = "127.0.0.1:9464", value_name = "ADDR")]
+    metrics_addr: String,
+    /// Serve no metrics.
+    #[arg(long, conflicts_with = "metrics_addr")]
+    no_metrics: bool,
+
+    // CPU scaling, as `rsspp run`'s.
+    /// Put workers to sleep (no bucket, blocked until woken) while the
+    /// others can take their load, down to one; wake them under load.
+    #[arg(long, conflicts_with = "no_balance")]
+    autoscale: bool,
+    /// Average load of the working workers above which a sleeping one is
+    /// woken (with --autoscale).
+    #[arg(
+        long,
+        default_value_t = 0.8,
+        value_name = "X",
+        allow_negative_numbers = true
+    )]
+    target_load: f64,
 }
 
 /// Reads a file an option names.
@@ -259,7 +283,34 @@ fn check(args: &NfArgs) -> Result<Config, CliError> {
     config.control.interval = Duration::from_millis(args.interval_ms);
     config.control.max_interval = config.control.max_interval.max(config.control.interval);
     config.duration = duration;
+    config.metrics = metrics_addr(args)?;
+    config.control.balance.autoscale = args.autoscale;
+    config.control.balance.target_load = args.target_load;
+    // A runtime may sleep down to one worker (the daemon keeps two CPUs).
+    config.control.balance.min_cores = 1;
+    config.control.validate().map_err(|e| {
+        CliError::setting(e, |setting| match setting {
+            rsspp_core::Setting::TargetLoad => {
+                Some(("--target-load", args.target_load.to_string()))
+            }
+            rsspp_core::Setting::Interval => Some(("--interval-ms", args.interval_ms.to_string())),
+            _ => None,
+        })
+    })?;
     Ok(config)
+}
+
+/// `--metrics-addr` unless `--no-metrics`.
+fn metrics_addr(args: &NfArgs) -> Result<Option<std::net::SocketAddr>, CliError> {
+    if args.no_metrics {
+        return Ok(None);
+    }
+    args.metrics_addr.parse().map(Some).map_err(|_| {
+        CliError::Invalid(format!(
+            "--metrics-addr {:?} is not an address:port (e.g. 127.0.0.1:9464)",
+            args.metrics_addr
+        ))
+    })
 }
 
 /// Runs `rsspp nf`.
@@ -296,7 +347,7 @@ pub fn run(args: &NfArgs) -> Result<(), CliError> {
         let dropped: u64 = s.dropped.values().sum();
         writeln!(
             stdout,
-            "received {}, forwarded {}, dropped {} {:?}, {} bucket moves in {} rounds ({} drained, {} early)",
+            "received {}, forwarded {}, dropped {} {:?}, {} bucket moves in {} rounds ({} drained, {} early){}",
             s.received,
             s.forwarded,
             dropped,
@@ -304,7 +355,15 @@ pub fn run(args: &NfArgs) -> Result<(), CliError> {
             s.migrations,
             s.rounds,
             s.handoffs.drained,
-            s.handoffs.early
+            s.handoffs.early,
+            if args.autoscale {
+                format!(
+                    "; workers put to sleep {} times, woken {} times",
+                    s.scaling.parked, s.scaling.woken
+                )
+            } else {
+                String::new()
+            }
         )
     };
     written.map_err(|e| {

@@ -419,7 +419,7 @@ mod tests {
                 cpu,
                 load,
                 packets_total,
-                cpumap_full_total: packets_total / 100,
+                dropped: vec![("cpumap_full".into(), packets_total / 100)],
             })
             .collect();
         s.buckets = (0..16u32)
