@@ -33,9 +33,11 @@ use std::time::{Duration, Instant};
 use rsspp_trace::generate::{build_frame, GenConfig, Generator, Preset};
 use serde::Serialize;
 
+use rsspp_core::RssKey;
+
 use crate::afpacket::{self, pin_to, RingConfig, RxRing, TxSocket};
 use crate::error::RuntimeError;
-use crate::nf::Chain;
+use crate::nf::{dpi, firewall::Rules, nat::Pool, Chain, ChainConfig};
 use crate::runtime::{Config, TableMode};
 
 /// The benchmark's settings.
@@ -373,6 +375,7 @@ fn one_run(
     frames: &[[u8; 64]],
     variant: Variant,
     chain: &Chain,
+    key: &RssKey,
 ) -> Result<Sample, BenchNfError> {
     std::thread::scope(|s| {
         let h = s.spawn(|| -> Result<Sample, BenchNfError> {
@@ -386,6 +389,7 @@ fn one_run(
                             return Ok((read_plain(config.cpus[0], &stop)?, 0));
                         }
                         let mut rc = Config::new("veth1", config.cpus.clone());
+                        rc.key = key.clone();
                         rc.table = if variant == Variant::Shared {
                             TableMode::Shared
                         } else {
@@ -476,6 +480,33 @@ fn ratio(a: &[Sample], b: &[Sample]) -> f64 {
     )
 }
 
+/// A chain as `rsspp nf` would run it on the bench's traffic (UDP from
+/// 10.0.0.0/8), with what its functions need: rules that allow that
+/// traffic, an address pool, a few patterns (which the traffic does not
+/// carry: every packet is searched whole); and the key the runtime steers
+/// with, symmetric when the chain tracks connections, as `rsspp nf` does.
+fn bench_chain(list: &str) -> Result<(Chain, RssKey), RuntimeError> {
+    let tracks = list.split(',').any(|n| n == "firewall" || n == "nat");
+    let key = if tracks {
+        RssKey::symmetric()
+    } else {
+        RssKey::microsoft()
+    };
+    let bench = |why: String| RuntimeError::Config(format!("rsspp bench nf: {why}"));
+    let config = ChainConfig {
+        key: key.clone(),
+        rules: Some(Rules::parse("allow udp\n", "bench").map_err(|e| bench(e.to_string()))?),
+        nat_pool: Some(Pool::parse("192.0.2.0/30").map_err(bench)?),
+        patterns: Some((
+            dpi::parse_patterns(b"rsspp-bench\nGET /\nUser-Agent:\n", "bench")
+                .map_err(|e| bench(e.to_string()))?,
+            "bench".into(),
+        )),
+        ..ChainConfig::default()
+    };
+    Ok((Chain::with_config(list, &config)?, key))
+}
+
 /// Runs the benchmark (root: a namespace, raw sockets, BPF).
 pub fn measure(config: &BenchNfConfig) -> Result<BenchNfReport, BenchNfError> {
     if config.cpus.is_empty() {
@@ -486,10 +517,10 @@ pub fn measure(config: &BenchNfConfig) -> Result<BenchNfReport, BenchNfError> {
             "rounds, frames and flows must be positive".into(),
         ));
     }
-    let chains: Vec<Chain> = config
+    let chains: Vec<(Chain, RssKey)> = config
         .chains
         .iter()
-        .map(|c| Chain::parse(c))
+        .map(|c| bench_chain(c))
         .collect::<Result<_, _>>()?;
     let frames = traffic(config.flows)?;
     let ns = Namespace::new()?;
@@ -498,10 +529,17 @@ pub fn measure(config: &BenchNfConfig) -> Result<BenchNfReport, BenchNfError> {
     let mut runs: Vec<Vec<Vec<Sample>>> = vec![vec![Vec::new(); variants.len()]; chains.len()];
     for round in 0..config.rounds {
         tracing::info!("round {} of {}", round + 1, config.rounds);
-        kernel.push(one_run(&ns, config, &frames, Variant::Kernel, &chains[0])?);
-        for (c, chain) in chains.iter().enumerate() {
+        kernel.push(one_run(
+            &ns,
+            config,
+            &frames,
+            Variant::Kernel,
+            &chains[0].0,
+            &chains[0].1,
+        )?);
+        for (c, (chain, key)) in chains.iter().enumerate() {
             for (v, &variant) in variants.iter().enumerate() {
-                let sample = one_run(&ns, config, &frames, variant, chain)?;
+                let sample = one_run(&ns, config, &frames, variant, chain, key)?;
                 tracing::debug!(chain = %config.chains[c], variant = variant.name(), ?sample);
                 runs[c][v].push(sample);
             }

@@ -93,6 +93,7 @@ fn bench_nf_reports_every_variant_and_writes_a_cost_model_compare_reads() {
         .args(["--preset", "campus", "--cores", "2", "--duration", "0.3"])
         .arg("--cost-model")
         .arg(&cost)
+        .args(["--cost-function", "monitor"])
         .output()
         .unwrap();
     assert!(
