@@ -6,7 +6,10 @@ use serde::{Deserialize, Serialize};
 use crate::mechanisms::Mechanisms;
 
 /// The comparison table's row for one policy.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+///
+/// Two rows are equal when every field is, a statistic without samples
+/// (NaN) equal to another without samples: the same run gives equal rows.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct PolicySummary {
     /// Median over 1-second samples of (max − min) / min packets per queue,
     /// in percent (the RSS++ paper's Figure 12 metric). Only cores that were
@@ -42,6 +45,25 @@ pub struct PolicySummary {
     /// Counters of the mechanisms: the policy's own (steals, buffered
     /// packets, …), the state accesses, Reframer flushes.
     pub mechanisms: Mechanisms,
+}
+
+impl PartialEq for PolicySummary {
+    fn eq(&self, other: &Self) -> bool {
+        let same = |a: f64, b: f64| a == b || (a.is_nan() && b.is_nan());
+        same(self.imbalance_median, other.imbalance_median)
+            && same(self.latency_p50_us, other.latency_p50_us)
+            && same(self.latency_p95_us, other.latency_p95_us)
+            && same(self.latency_p99_us, other.latency_p99_us)
+            && self.drops == other.drops
+            && self.reordered == other.reordered
+            && self.migrations == other.migrations
+            && same(self.avg_cores, other.avg_cores)
+            && self.packets == other.packets
+            && self.processed == other.processed
+            && same(self.avg_load, other.avg_load)
+            && same(self.cycles_per_packet, other.cycles_per_packet)
+            && self.mechanisms == other.mechanisms
+    }
 }
 
 /// Per-interval series (one sample per control interval, 100 ms by default).
