@@ -71,6 +71,14 @@ fn the_corpus_gives_clear_errors_or_counted_skips() {
     assert_eq!(usb.non_ip_packets, 14);
     assert_eq!(usb.flows, 0);
 
+    // `tcpdump -i any` (Linux cooked captures v1 and v2) on loopback: 5 UDP
+    // datagrams over IPv4, 5 over IPv6, a TCP connection (10 segments).
+    for name in ["tcpdump-any-sll.pcap", "tcpdump-any-sll2.pcap"] {
+        let any = analyse_bytes(&corpus(name)).unwrap();
+        assert_eq!((any.packets, any.ip_packets), (20, 20), "{name}");
+        assert_eq!(any.flows, 4, "{name}");
+    }
+
     let arp = analyse_bytes(&corpus("big-endian-arp.pcap")).unwrap();
     assert_eq!((arp.packets, arp.non_ip_packets), (1, 1));
 
@@ -199,7 +207,7 @@ proptest! {
     #[test]
     fn arbitrary_records_after_a_valid_header_never_panic(
         nanos in any::<bool>(),
-        linktype in prop_oneof![Just(1u32), Just(101), Just(228), Just(229), any::<u32>()],
+        linktype in prop_oneof![Just(1u32), Just(101), Just(113), Just(228), Just(229), Just(276), any::<u32>()],
         body in proptest::collection::vec(any::<u8>(), 0..800),
     ) {
         let mut bytes = corpus("valid.pcap")[..24].to_vec();
@@ -236,7 +244,7 @@ proptest! {
         frame in proptest::collection::vec(any::<u8>(), 0..200),
         wire in any::<u32>(),
     ) {
-        for link in [1, 101, 228, 229] {
+        for link in [1, 101, 113, 228, 229, 276] {
             let r = rsspp_trace::parse::parse_frame(
                 rsspp_trace::parse::LinkType::from_pcap(link), &frame, 0, wire);
             prop_assert_eq!(r.captured_len as usize, frame.len());
