@@ -858,4 +858,52 @@ mod tests {
         };
         assert_eq!(run(), run());
     }
+
+    /// A 100-packet capture: 4 UDP flows at 1000 packets/s for 0.1 s.
+    fn small_capture(name: &str) -> PathBuf {
+        let path = std::env::temp_dir().join(format!(
+            "rsspp-sim-workload-{}-{name}.pcap",
+            std::process::id()
+        ));
+        let mut gen = GenConfig::new(Preset::UdpFlows);
+        gen.flows = Some(4);
+        gen.duration_s = 0.1;
+        gen = gen.with_pps(1000.0);
+        let file = File::create(&path).unwrap();
+        rsspp_trace::generate::write_pcap(&gen, file, 64, rsspp_trace::TimePrecision::Nano)
+            .unwrap();
+        path
+    }
+
+    #[test]
+    fn a_repeated_capture_is_shifted_by_its_period() {
+        let path = small_capture("loop");
+        let mut config = WorkloadConfig::new(TraceSource::Pcap(path.clone()), 0.35, 1.0).unwrap();
+        let scan = scan_capture(&config).unwrap().unwrap();
+        assert_eq!(scan.packets, 100);
+        assert_eq!(scan.span_ns, 99_000_000);
+        assert_eq!(scan.period_ns(), 100_000_000);
+        // Once: the capture runs out after its last packet.
+        let mut w = Workload::open(&config).unwrap();
+        let mut all = Vec::new();
+        while w.next_batch(&mut all).unwrap() {}
+        assert_eq!(all.len(), 100);
+        assert_eq!(w.counts().ran_out_at_ns, Some(99_000_000));
+        // Repeated: 3.5 passes, each 100 ms after the one before.
+        config.repeat = true;
+        let mut w = Workload::open(&config).unwrap();
+        let mut all = Vec::new();
+        while w.next_batch(&mut all).unwrap() {}
+        assert_eq!(all.len(), 350);
+        assert_eq!(w.counts().passes, 4);
+        assert_eq!(w.counts().ran_out_at_ns, None);
+        assert!(all.windows(2).all(|p| p[0].arrival_ns < p[1].arrival_ns));
+        for k in 0..3 {
+            assert_eq!(all[100 * k].arrival_ns, 100_000_000 * k as u64);
+        }
+        // A flow continues across passes: its sequence numbers go on.
+        assert_eq!(all[100].flow, all[0].flow);
+        assert_eq!(all[100].seq, all[0].seq + 25);
+        std::fs::remove_file(path).unwrap();
+    }
 }
