@@ -5,9 +5,9 @@
 //! Nothing is printed here: progress goes to a callback, the result is a
 //! [`Comparison`] for the front end to print or write.
 
-use crate::result::{Comparison, SweepPoint};
+use crate::result::{Caveat, Comparison, SweepPoint};
 use crate::run::{run, speed_for_load, RunConfig};
-use crate::workload::RateProfile;
+use crate::workload::{scan_capture, CaptureScan, RateProfile, WorkloadCounts};
 use crate::SimError;
 
 /// Requested loads of the sweep's curves: from comfortable to saturated,
@@ -80,13 +80,92 @@ pub struct CompareOutput {
     pub packets: u64,
 }
 
+/// Seconds of trace a run at `rate` for `duration_s` replays.
+fn trace_needed_s(rate: &RateProfile, duration_s: f64) -> f64 {
+    rate.trace_time(duration_s)
+}
+
+/// A capture (not repeated) must last the duration at the speed a load
+/// needs; a little short (this share) still runs, the shortfall said.
+const COVERAGE: f64 = 0.95;
+
+/// Refuses a load the capture cannot give over `duration_s` at `speed`
+/// (`rate`: the run's profile at that speed).
+fn check_coverage(
+    scan: Option<&CaptureScan>,
+    repeat: bool,
+    load: f64,
+    speed: f64,
+    rate: &RateProfile,
+    duration_s: f64,
+) -> Result<(), SimError> {
+    let Some(scan) = scan.filter(|_| !repeat) else {
+        return Ok(());
+    };
+    let trace_s = scan.period_ns() as f64 / 1e9;
+    let needed_s = trace_needed_s(rate, duration_s);
+    if trace_s < COVERAGE * needed_s {
+        return Err(SimError::LoadUnreachable {
+            load,
+            speed,
+            trace_s,
+            covers_s: duration_s * trace_s / needed_s,
+            duration_s,
+        });
+    }
+    Ok(())
+}
+
+/// What the workload's counters say about the run, for the reader.
+fn caveats(counts: &WorkloadCounts, duration_s: f64) -> Vec<Caveat> {
+    let mut out = Vec::new();
+    if let Some(at) = counts.ran_out_at_ns {
+        out.push(Caveat::TraceRanOut {
+            at_s: at as f64 / 1e9,
+            duration_s,
+        });
+    }
+    if counts.passes > 1 {
+        out.push(Caveat::Repeated {
+            passes: counts.passes,
+        });
+    }
+    if let Some(c) = counts.reader.corrupt {
+        out.push(Caveat::Partial {
+            offset: c.offset,
+            packets: c.after_packets,
+            skipped_bytes: counts.reader.skipped_bytes,
+        });
+    } else if counts.reader.truncated_tail {
+        out.push(Caveat::CutShort {
+            skipped_bytes: counts.reader.skipped_bytes,
+        });
+    }
+    out
+}
+
 /// Runs the comparison: a pilot if the speed comes from the load, the main
 /// run, then the sweep if asked. `progress` is called from this thread.
+///
+/// A capture is read through first ([`scan_capture`]): a corrupt record, a
+/// wild timestamp, or a load it cannot give over the duration (not
+/// repeated) is refused before anything runs. A capture that runs out with
+/// an explicit speed is run and said ([`Caveat::TraceRanOut`]).
 pub fn compare(
     config: &CompareConfig,
     mut progress: impl FnMut(Progress),
 ) -> Result<CompareOutput, SimError> {
     let mut run_config = config.run.clone();
+    let scan = scan_capture(&run_config.workload)?;
+    let repeat = run_config.workload.repeat;
+    if let Some(scan) = &scan {
+        if scan.packets == 0 {
+            return Err(SimError::EmptyWorkload);
+        }
+        if scan.period_ns() == 0 && (repeat || config.speed.is_none()) {
+            return Err(SimError::NoPeriod);
+        }
+    }
     let speed = match config.speed {
         Some(s) => s,
         None => speed_for_load(&run_config, config.load)?,
@@ -97,6 +176,30 @@ pub fn compare(
     } else {
         RateProfile::constant(speed)
     }?;
+    if config.speed.is_none() {
+        check_coverage(
+            scan.as_ref(),
+            repeat,
+            config.load,
+            speed,
+            &run_config.workload.rate,
+            duration_s,
+        )?;
+    }
+    // The replay speed is proportional to the requested load, so one
+    // pilot (or the main run's) gives the speed of every sweep point.
+    let full_speed = match (config.sweep, config.speed) {
+        (false, _) => None,
+        (true, Some(_)) => Some(speed_for_load(&run_config, 1.0)?),
+        (true, None) => Some(speed / config.load),
+    };
+    if let Some(full) = full_speed {
+        // The fastest point must find enough trace too.
+        let point_s = sweep_duration(duration_s);
+        let load = SWEEP_LOADS[SWEEP_LOADS.len() - 1];
+        let rate = RateProfile::constant(full * load)?;
+        check_coverage(scan.as_ref(), repeat, load, full * load, &rate, point_s)?;
+    }
     let out = run(&run_config, |t| {
         progress(Progress::Main {
             simulated_s: t.min(duration_s),
@@ -104,18 +207,13 @@ pub fn compare(
         })
     })?;
     progress(Progress::MainDone);
-    let sweep = if config.sweep {
-        // The replay speed is proportional to the requested load, so one
-        // pilot (or the main run's) gives the speed of every point.
-        let full_speed = match config.speed {
-            Some(_) => speed_for_load(&run_config, 1.0)?,
-            None => speed / config.load,
-        };
-        let points = run_sweep(&run_config, full_speed, &mut progress)?;
-        progress(Progress::SweepDone);
-        points
-    } else {
-        Vec::new()
+    let sweep = match full_speed {
+        Some(full) => {
+            let points = run_sweep(&run_config, full, &mut progress)?;
+            progress(Progress::SweepDone);
+            points
+        }
+        None => Vec::new(),
     };
     let comparison = Comparison {
         workload: run_config.workload.source.describe(),
@@ -126,12 +224,19 @@ pub fn compare(
         seed: run_config.workload.seed,
         policies: out.results,
         sweep,
+        caveats: caveats(&out.workload, duration_s),
     };
     Ok(CompareOutput {
         comparison,
         speed,
         packets: out.workload.packets,
     })
+}
+
+/// Seconds of each sweep point: a quarter of the main run, at least 1 s
+/// (at most the main run).
+fn sweep_duration(duration_s: f64) -> f64 {
+    (duration_s / 4.0).max(1.0).min(duration_s)
 }
 
 /// Every policy at each of [`SWEEP_LOADS`], `full_speed` being the replay
@@ -142,9 +247,7 @@ fn run_sweep(
     progress: &mut impl FnMut(Progress),
 ) -> Result<Vec<SweepPoint>, SimError> {
     let mut point = config.clone();
-    point.workload.duration_s = (config.workload.duration_s / 4.0)
-        .max(1.0)
-        .min(config.workload.duration_s);
+    point.workload.duration_s = sweep_duration(config.workload.duration_s);
     let duration_s = point.workload.duration_s;
     let mut sweep = Vec::with_capacity(SWEEP_LOADS.len() * config.policies.len());
     for (k, &load) in SWEEP_LOADS.iter().enumerate() {

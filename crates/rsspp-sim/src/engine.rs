@@ -362,21 +362,30 @@ impl Engine {
         };
         let mut sorted = self.imbalance.clone();
         sorted.sort_by(f64::total_cmp);
+        // No sample, no statistic: NaN (`null` in JSON, `n/a` in tables),
+        // never a 0 that reads as a perfect balance.
         let imbalance_median = if sorted.is_empty() {
-            0.0
+            f64::NAN
         } else if sorted.len() % 2 == 1 {
             sorted[sorted.len() / 2]
         } else {
             (sorted[sorted.len() / 2 - 1] + sorted[sorted.len() / 2]) / 2.0
         };
         let lat = &self.sh.latency;
+        let quantile_us = |q: f64| {
+            if processed == 0 {
+                f64::NAN
+            } else {
+                lat.quantile_ns(q) / 1000.0
+            }
+        };
         PolicyResult {
             name: self.policy.name(),
             summary: PolicySummary {
                 imbalance_median,
-                latency_p50_us: lat.quantile_ns(0.50) / 1000.0,
-                latency_p95_us: lat.quantile_ns(0.95) / 1000.0,
-                latency_p99_us: lat.quantile_ns(0.99) / 1000.0,
+                latency_p50_us: quantile_us(0.50),
+                latency_p95_us: quantile_us(0.95),
+                latency_p99_us: quantile_us(0.99),
                 drops: self.total_drops(),
                 reordered: self.sh.reorder.reordered(),
                 migrations: self.policy.migrations(),
@@ -384,12 +393,12 @@ impl Engine {
                 packets: self.offered,
                 processed,
                 avg_load: if self.load_n == 0 {
-                    0.0
+                    f64::NAN
                 } else {
                     self.load_sum / self.load_n as f64
                 },
                 cycles_per_packet: if processed == 0 {
-                    0.0
+                    f64::NAN
                 } else {
                     busy as f64 * cost.clock_ghz / processed as f64
                 },

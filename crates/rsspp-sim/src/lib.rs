@@ -35,4 +35,4 @@ pub mod system;
 pub mod workload;
 
 pub use error::SimError;
-pub use result::{Comparison, PolicyResult, PolicySummary, SweepPoint, Timeline};
+pub use result::{Caveat, Comparison, PolicyResult, PolicySummary, SweepPoint, Timeline};

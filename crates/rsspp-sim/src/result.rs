@@ -6,12 +6,18 @@ use serde::{Deserialize, Serialize};
 use crate::mechanisms::Mechanisms;
 
 /// The comparison table's row for one policy.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+///
+/// Two rows are equal when every field is, a statistic without samples
+/// (NaN) equal to another without samples: the same run gives equal rows.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct PolicySummary {
     /// Median over 1-second samples of (max − min) / min packets per queue,
     /// in percent (the RSS++ paper's Figure 12 metric). Only cores that were
     /// active during the whole sample count. Infinite (`null` in JSON) when
-    /// in most samples some core processed nothing while others worked.
+    /// in most samples some core processed nothing while others worked;
+    /// NaN (`null` in JSON, with no `imbalance_samples`) when the run had
+    /// no full second to sample. The latencies, load and cycles are NaN
+    /// too when no packet was processed.
     pub imbalance_median: f64,
     /// Latency (queueing + service), microseconds, 50th percentile.
     pub latency_p50_us: f64,
@@ -39,6 +45,25 @@ pub struct PolicySummary {
     /// Counters of the mechanisms: the policy's own (steals, buffered
     /// packets, …), the state accesses, Reframer flushes.
     pub mechanisms: Mechanisms,
+}
+
+impl PartialEq for PolicySummary {
+    fn eq(&self, other: &Self) -> bool {
+        let same = |a: f64, b: f64| a == b || (a.is_nan() && b.is_nan());
+        same(self.imbalance_median, other.imbalance_median)
+            && same(self.latency_p50_us, other.latency_p50_us)
+            && same(self.latency_p95_us, other.latency_p95_us)
+            && same(self.latency_p99_us, other.latency_p99_us)
+            && self.drops == other.drops
+            && self.reordered == other.reordered
+            && self.migrations == other.migrations
+            && same(self.avg_cores, other.avg_cores)
+            && self.packets == other.packets
+            && self.processed == other.processed
+            && same(self.avg_load, other.avg_load)
+            && same(self.cycles_per_packet, other.cycles_per_packet)
+            && self.mechanisms == other.mechanisms
+    }
 }
 
 /// Per-interval series (one sample per control interval, 100 ms by default).
@@ -117,4 +142,66 @@ pub struct Comparison {
     pub policies: Vec<PolicyResult>,
     /// Load sweep (empty unless asked for).
     pub sweep: Vec<SweepPoint>,
+    /// What the reader should know about the workload (a capture that ran
+    /// out, was repeated, or was read in part).
+    #[serde(default)]
+    pub caveats: Vec<Caveat>,
+}
+
+/// Something about the workload that qualifies the results.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Caveat {
+    /// The capture ended before the duration: the results cover less.
+    TraceRanOut {
+        /// Simulated time of its last packet, seconds.
+        at_s: f64,
+        /// Seconds asked for.
+        duration_s: f64,
+    },
+    /// The capture was replayed more than once.
+    Repeated {
+        /// Passes through it (the last one possibly partial).
+        passes: u64,
+    },
+    /// The capture was read up to a corrupt record.
+    Partial {
+        /// Byte offset of the corrupt record.
+        offset: u64,
+        /// Packets read before it.
+        packets: u64,
+        /// Bytes left out.
+        skipped_bytes: u64,
+    },
+    /// The capture's last record is cut short and was left out.
+    CutShort {
+        /// Bytes left out.
+        skipped_bytes: u64,
+    },
+}
+
+impl std::fmt::Display for Caveat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Caveat::TraceRanOut { at_s, duration_s } => write!(
+                f,
+                "the trace ran out at {at_s:.3} s of the {duration_s} s asked: the results cover {at_s:.3} s"
+            ),
+            Caveat::Repeated { passes } => {
+                write!(f, "the trace was replayed {passes} times, its timestamps shifted")
+            }
+            Caveat::Partial {
+                offset,
+                packets,
+                skipped_bytes,
+            } => write!(
+                f,
+                "the capture is corrupt at byte {offset}: only the {packets} packets before it were replayed ({skipped_bytes} bytes skipped)"
+            ),
+            Caveat::CutShort { skipped_bytes } => write!(
+                f,
+                "the capture's last record is cut short ({skipped_bytes} bytes left out)"
+            ),
+        }
+    }
 }

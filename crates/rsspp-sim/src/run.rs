@@ -177,8 +177,15 @@ pub fn speed_for_load(config: &RunConfig, target_load: f64) -> Result<f64, SimEr
     pilot.reframer = None;
     let out = run(&pilot, |_| {})?;
     let r = &out.results[0];
-    let seconds = pilot.workload.duration_s;
-    let pps = r.summary.packets as f64 / seconds;
+    let offered = out.workload.packets as f64;
+    let seconds = match out.workload.ran_out_at_ns {
+        // A capture shorter than the pilot: its packets span less than the
+        // pilot's duration (n packets over t: n - 1 gaps).
+        Some(t) if out.workload.packets >= 2 && t > 0 => t as f64 / 1e9 * offered / (offered - 1.0),
+        Some(_) => return Err(SimError::NoPeriod),
+        None => pilot.workload.duration_s,
+    };
+    let pps = offered / seconds;
     let cycles = r.summary.cycles_per_packet.max(1.0);
     let capacity = config.policy.cores as f64 * config.engine.cost.clock_ghz * 1e9;
     Ok(target_load * capacity / (pps * cycles))

@@ -8,12 +8,14 @@
 
 use std::fs::File;
 use std::hash::{Hash, Hasher};
-use std::io::BufReader;
+use std::io::{BufReader, Read};
 use std::net::IpAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use rsspp_core::{FlowKey, Toeplitz};
-use rsspp_trace::{FrameKind, GenConfig, Generator, Preset, TraceReader};
+use rsspp_trace::{FrameKind, GenConfig, Generator, Preset, ReadCounts, TraceReader};
 use rustc_hash::{FxHashMap, FxHasher};
 
 use crate::error::SimError;
@@ -34,6 +36,58 @@ pub enum TraceSource {
     },
     /// A pcap or pcapng file.
     Pcap(PathBuf),
+    /// A capture read from a stream (standard input), kept in a temporary
+    /// file so that every run (pilot, main run, sweep, loop) reads it from
+    /// its start.
+    Spooled {
+        /// The temporary file, removed with the last clone.
+        spool: Arc<Spool>,
+        /// What to call it in reports (`standard input`).
+        name: String,
+    },
+}
+
+/// A stream's bytes in a temporary file, removed on drop.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Spool {
+    path: PathBuf,
+}
+
+impl Spool {
+    /// Copies `input` to its end into a new temporary file (in the system's
+    /// temporary directory, `TMPDIR`).
+    pub fn from_reader(mut input: impl Read) -> Result<Self, SimError> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "rsspp-trace-{}-{}.spool",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let open_error = |e| SimError::Open {
+            path: path.clone(),
+            source: e,
+        };
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(open_error)?;
+        // From here the file is ours: removed on every way out.
+        let spool = Self { path };
+        std::io::copy(&mut input, &mut file).map_err(SimError::Spool)?;
+        Ok(spool)
+    }
+
+    /// The temporary file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for Spool {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
 }
 
 impl TraceSource {
@@ -63,6 +117,16 @@ impl TraceSource {
                 }
             }
             TraceSource::Pcap(path) => path.display().to_string(),
+            TraceSource::Spooled { name, .. } => name.clone(),
+        }
+    }
+
+    /// The capture file to read, for a capture.
+    pub fn capture_path(&self) -> Option<&Path> {
+        match self {
+            TraceSource::Preset { .. } => None,
+            TraceSource::Pcap(path) => Some(path),
+            TraceSource::Spooled { spool, .. } => Some(spool.path()),
         }
     }
 
@@ -70,7 +134,7 @@ impl TraceSource {
     pub fn nominal_pps(&self) -> Option<f64> {
         match self {
             TraceSource::Preset { preset, .. } => Some(preset.nominal_pps()),
-            TraceSource::Pcap(_) => None,
+            TraceSource::Pcap(_) | TraceSource::Spooled { .. } => None,
         }
     }
 }
@@ -188,6 +252,12 @@ pub struct WorkloadConfig {
     pub seed: u64,
     /// A flow idle for this long gives its number back.
     pub flow_timeout_ns: Ns,
+    /// A capture: replay it again, its timestamps shifted by its span and
+    /// one mean gap between packets, as many times as the duration needs.
+    pub repeat: bool,
+    /// A capture: stop at a corrupt record before its end, keeping the
+    /// packets before it, instead of failing.
+    pub keep_partial: bool,
 }
 
 impl WorkloadConfig {
@@ -209,6 +279,8 @@ impl WorkloadConfig {
             rate: RateProfile::constant(speed)?,
             seed: 1,
             flow_timeout_ns: 5_000_000_000,
+            repeat: false,
+            keep_partial: false,
         })
     }
 }
@@ -224,6 +296,13 @@ pub struct WorkloadCounts {
     pub flows: u64,
     /// Most flow numbers in use at once.
     pub peak_live_flows: usize,
+    /// A capture that ended before the duration: the simulated time of its
+    /// last packet.
+    pub ran_out_at_ns: Option<Ns>,
+    /// Passes through a capture (more than 1 when it was repeated).
+    pub passes: u64,
+    /// What the capture's reader left out (the last pass's).
+    pub reader: ReadCounts,
 }
 
 /// The flow fields a packet is identified by (either family).
@@ -262,9 +341,33 @@ enum Input {
     },
     Pcap {
         reader: Box<TraceReader<'static>>,
-        first_ns: Option<u64>,
         path: PathBuf,
+        /// Timestamp of the first usable packet of a pass.
+        first_ns: Option<u64>,
+        /// Trace time added to this pass's packets.
+        shift_ns: u64,
+        /// The latest trace time (relative to `first_ns`) of this pass.
+        pass_end_ns: u64,
+        /// Usable packets of this pass.
+        pass_packets: u64,
+        repeat: bool,
+        keep_partial: bool,
     },
+}
+
+/// Opens a capture for reading.
+fn open_capture(path: &Path, keep_partial: bool) -> Result<TraceReader<'static>, SimError> {
+    let file = File::open(path).map_err(|e| SimError::Open {
+        path: path.to_path_buf(),
+        source: e,
+    })?;
+    let reader = TraceReader::new(BufReader::with_capacity(1 << 20, file)).map_err(|e| {
+        SimError::TraceFile {
+            path: path.to_path_buf(),
+            source: e,
+        }
+    })?;
+    Ok(reader.keep_partial(keep_partial))
 }
 
 /// Streams the simulation's packets window by window.
@@ -299,40 +402,36 @@ impl Workload {
     /// Opens the source.
     pub fn open(config: &WorkloadConfig) -> Result<Self, SimError> {
         let trace_s = config.rate.trace_time(config.duration_s);
-        let input =
-            match &config.source {
-                TraceSource::Preset {
-                    preset,
-                    flows,
-                    frame_size,
-                } => {
-                    let mut gen = GenConfig::new(*preset);
-                    gen.duration_s = trace_s.max(1e-6);
-                    gen.seed = config.seed;
-                    gen.flows = *flows;
-                    gen.frame_size = *frame_size;
-                    Input::Generator {
-                        generator: Box::new(Generator::new(&gen).map_err(SimError::Trace)?),
-                        start_ns: gen.start_ns,
-                    }
+        let input = match &config.source {
+            TraceSource::Preset {
+                preset,
+                flows,
+                frame_size,
+            } => {
+                let mut gen = GenConfig::new(*preset);
+                gen.duration_s = trace_s.max(1e-6);
+                gen.seed = config.seed;
+                gen.flows = *flows;
+                gen.frame_size = *frame_size;
+                Input::Generator {
+                    generator: Box::new(Generator::new(&gen).map_err(SimError::Trace)?),
+                    start_ns: gen.start_ns,
                 }
-                TraceSource::Pcap(path) => {
-                    let file = File::open(path).map_err(|e| SimError::Open {
-                        path: path.clone(),
-                        source: e,
-                    })?;
-                    let reader = TraceReader::new(BufReader::with_capacity(1 << 20, file))
-                        .map_err(|e| SimError::TraceFile {
-                            path: path.clone(),
-                            source: e,
-                        })?;
-                    Input::Pcap {
-                        reader: Box::new(reader),
-                        first_ns: None,
-                        path: path.clone(),
-                    }
+            }
+            TraceSource::Pcap(_) | TraceSource::Spooled { .. } => {
+                let path = config.source.capture_path().expect("a capture");
+                Input::Pcap {
+                    reader: Box::new(open_capture(path, config.keep_partial)?),
+                    path: path.to_path_buf(),
+                    first_ns: None,
+                    shift_ns: 0,
+                    pass_end_ns: 0,
+                    pass_packets: 0,
+                    repeat: config.repeat,
+                    keep_partial: config.keep_partial,
                 }
-            };
+            }
+        };
         Ok(Self {
             input,
             numbering: Numbering {
@@ -347,7 +446,10 @@ impl Workload {
                 last_ns: 0,
                 segment: 0,
                 segment_done: 0.0,
-                counts: WorkloadCounts::default(),
+                counts: WorkloadCounts {
+                    passes: 1,
+                    ..WorkloadCounts::default()
+                },
             },
             finished: false,
             description: config.source.describe(),
@@ -413,8 +515,13 @@ impl Workload {
             }
             Input::Pcap {
                 reader,
-                first_ns,
                 path,
+                first_ns,
+                shift_ns,
+                pass_end_ns,
+                pass_packets,
+                repeat,
+                keep_partial,
             } => {
                 let mut records = Vec::with_capacity(PCAP_BATCH);
                 while records.len() < PCAP_BATCH {
@@ -429,12 +536,28 @@ impl Workload {
                         }
                     }
                 }
+                let numbering = &mut self.numbering;
                 if records.is_empty() {
+                    numbering.counts.reader = reader.counts();
+                    if *repeat && *pass_packets > 0 {
+                        // Next pass: shifted by the span and one mean gap,
+                        // so that the seam looks like the rest.
+                        if *pass_end_ns == 0 {
+                            return Err(SimError::NoPeriod);
+                        }
+                        let gap = *pass_end_ns / pass_packets.saturating_sub(1).max(1);
+                        *shift_ns += *pass_end_ns + gap.max(1);
+                        **reader = open_capture(path, *keep_partial)?;
+                        *first_ns = None;
+                        *pass_end_ns = 0;
+                        *pass_packets = 0;
+                        numbering.counts.passes += 1;
+                        return Ok(true);
+                    }
+                    numbering.counts.ran_out_at_ns = Some(numbering.last_ns);
                     self.finished = true;
                     return Ok(!out.is_empty());
                 }
-                let first = *first_ns.get_or_insert(records[0].timestamp_ns);
-                let numbering = &mut self.numbering;
                 for r in records {
                     let flow = match (r.kind, r.flow) {
                         (FrameKind::Ip, Some(flow)) => flow,
@@ -443,10 +566,14 @@ impl Workload {
                             continue;
                         }
                     };
+                    let first = *first_ns.get_or_insert(r.timestamp_ns);
                     let key = compact(&flow);
                     let hash = numbering.toeplitz.hash_flow(&flow);
-                    let trace_ns = r.timestamp_ns.saturating_sub(first);
+                    let in_pass = r.timestamp_ns.saturating_sub(first).max(*pass_end_ns);
+                    *pass_end_ns = in_pass;
+                    *pass_packets += 1;
                     let wire = r.wire_len.min(u32::from(u16::MAX)) as u16;
+                    let trace_ns = *shift_ns + in_pass;
                     if !numbering.push(out, key, hash, trace_ns, wire, r.tcp_flags) {
                         self.finished = true;
                         break;
@@ -541,6 +668,109 @@ impl Numbering {
     }
 }
 
+/// What a capture holds, read once before a comparison.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CaptureScan {
+    /// Packets the simulation can use (IP, their flow identified).
+    pub packets: u64,
+    /// Trace time from the first usable packet to the last, each packet
+    /// taken no earlier than the one before it (as they are replayed), ns.
+    pub span_ns: u64,
+    /// What the reader left out.
+    pub reader: ReadCounts,
+}
+
+impl CaptureScan {
+    /// Trace time one pass lasts: the span and one mean gap between
+    /// packets (the shift of each repetition); 0 for a capture of one
+    /// instant.
+    pub fn period_ns(&self) -> u64 {
+        if self.span_ns == 0 {
+            return 0;
+        }
+        self.span_ns + (self.span_ns / self.packets.saturating_sub(1).max(1)).max(1)
+    }
+}
+
+/// A gap is a wild timestamp when it is this share of the capture's span
+/// at least…
+const WILD_SHARE: f64 = 0.9;
+/// …at least this long…
+const WILD_MIN_NS: u64 = 1_000_000_000;
+/// …and this many times the mean of the other gaps.
+const WILD_RATIO: f64 = 1_000.0;
+
+/// Reads the capture of `config` (`None` for a preset) through once: its
+/// usable packets and span, and the problems that would make a simulation
+/// of it meaningless, found before anything runs: a corrupt record (unless
+/// `keep_partial`), one gap that takes most of the capture's time (a wild
+/// timestamp), most packets out of order.
+pub fn scan_capture(config: &WorkloadConfig) -> Result<Option<CaptureScan>, SimError> {
+    let Some(path) = config.source.capture_path() else {
+        return Ok(None);
+    };
+    let mut reader = open_capture(path, config.keep_partial)?;
+    let (mut packets, mut frame, mut behind) = (0u64, 0u64, 0u64);
+    let (mut first, mut last) = (None, 0u64);
+    // The largest gap and the frame after it.
+    let (mut gap, mut gap_frame) = (0u64, 0u64);
+    loop {
+        let record = match reader.next_record() {
+            Ok(Some(r)) => r,
+            Ok(None) => break,
+            Err(e) => {
+                return Err(SimError::TraceFile {
+                    path: path.to_path_buf(),
+                    source: e,
+                })
+            }
+        };
+        frame += 1;
+        if record.kind != FrameKind::Ip || record.flow.is_none() {
+            continue;
+        }
+        let first = *first.get_or_insert(record.timestamp_ns);
+        let t = record.timestamp_ns.saturating_sub(first);
+        packets += 1;
+        if t < last || (record.timestamp_ns < first && packets > 1) {
+            behind += 1;
+            continue;
+        }
+        if packets > 1 && t - last > gap {
+            gap = t - last;
+            gap_frame = frame;
+        }
+        last = t;
+    }
+    let span_ns = last;
+    if packets >= 3 && behind * 2 > packets {
+        return Err(SimError::OutOfOrder {
+            path: path.to_path_buf(),
+            behind,
+            packets,
+        });
+    }
+    if packets >= 3 && gap >= WILD_MIN_NS && gap as f64 >= WILD_SHARE * span_ns as f64 {
+        let others = packets - 2;
+        let other_mean = (span_ns - gap) as f64 / others.max(1) as f64;
+        if gap as f64 > WILD_RATIO * other_mean.max(1_000.0) {
+            return Err(SimError::WildTimestamp {
+                path: path.to_path_buf(),
+                frame: gap_frame,
+                gap_ns: gap,
+                span_ns,
+                others,
+                other_mean_gap_ns: other_mean as u64,
+            });
+        }
+    }
+    Ok(Some(CaptureScan {
+        packets,
+        span_ns,
+        reader: reader.counts(),
+    }))
+}
+
 fn compact(flow: &FlowKey) -> CompactKey {
     let ports = flow
         .ports
@@ -627,5 +857,53 @@ mod tests {
             all
         };
         assert_eq!(run(), run());
+    }
+
+    /// A 100-packet capture: 4 UDP flows at 1000 packets/s for 0.1 s.
+    fn small_capture(name: &str) -> PathBuf {
+        let path = std::env::temp_dir().join(format!(
+            "rsspp-sim-workload-{}-{name}.pcap",
+            std::process::id()
+        ));
+        let mut gen = GenConfig::new(Preset::UdpFlows);
+        gen.flows = Some(4);
+        gen.duration_s = 0.1;
+        gen = gen.with_pps(1000.0);
+        let file = File::create(&path).unwrap();
+        rsspp_trace::generate::write_pcap(&gen, file, 64, rsspp_trace::TimePrecision::Nano)
+            .unwrap();
+        path
+    }
+
+    #[test]
+    fn a_repeated_capture_is_shifted_by_its_period() {
+        let path = small_capture("loop");
+        let mut config = WorkloadConfig::new(TraceSource::Pcap(path.clone()), 0.35, 1.0).unwrap();
+        let scan = scan_capture(&config).unwrap().unwrap();
+        assert_eq!(scan.packets, 100);
+        assert_eq!(scan.span_ns, 99_000_000);
+        assert_eq!(scan.period_ns(), 100_000_000);
+        // Once: the capture runs out after its last packet.
+        let mut w = Workload::open(&config).unwrap();
+        let mut all = Vec::new();
+        while w.next_batch(&mut all).unwrap() {}
+        assert_eq!(all.len(), 100);
+        assert_eq!(w.counts().ran_out_at_ns, Some(99_000_000));
+        // Repeated: 3.5 passes, each 100 ms after the one before.
+        config.repeat = true;
+        let mut w = Workload::open(&config).unwrap();
+        let mut all = Vec::new();
+        while w.next_batch(&mut all).unwrap() {}
+        assert_eq!(all.len(), 350);
+        assert_eq!(w.counts().passes, 4);
+        assert_eq!(w.counts().ran_out_at_ns, None);
+        assert!(all.windows(2).all(|p| p[0].arrival_ns < p[1].arrival_ns));
+        for k in 0..3 {
+            assert_eq!(all[100 * k].arrival_ns, 100_000_000 * k as u64);
+        }
+        // A flow continues across passes: its sequence numbers go on.
+        assert_eq!(all[100].flow, all[0].flow);
+        assert_eq!(all[100].seq, all[0].seq + 25);
+        std::fs::remove_file(path).unwrap();
     }
 }

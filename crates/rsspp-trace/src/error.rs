@@ -23,14 +23,11 @@ pub enum TraceError {
         /// What is wrong with it.
         reason: String,
     },
-    /// A record claiming to be larger than the reader accepts.
-    #[error("record at byte {offset} is larger than the {limit}-byte limit")]
-    RecordTooLarge {
-        /// Byte offset of the record.
-        offset: u64,
-        /// The limit.
-        limit: usize,
-    },
+    /// A record before the end of the capture that cannot be read (its
+    /// length field is corrupt, or it does not parse): what follows it
+    /// cannot be found.
+    #[error("{0}")]
+    Corrupt(crate::read::CorruptRecord),
     /// Writing failed.
     #[error("write error: {0}")]
     Write(#[from] std::io::Error),

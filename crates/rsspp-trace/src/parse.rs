@@ -1,6 +1,7 @@
-//! Frame parsing: link layer (Ethernet, 802.1Q, QinQ, raw IP) down to the
-//! TCP/UDP ports, with etherparse's lax slicer, which accepts frames cut
-//! short by a snaplen and reports what it could not read instead of failing.
+//! Frame parsing: link layer (Ethernet, 802.1Q, QinQ, raw IP, Linux cooked
+//! captures) down to the TCP/UDP ports, with etherparse's lax slicer, which
+//! accepts frames cut short by a snaplen and reports what it could not read
+//! instead of failing.
 
 use std::net::IpAddr;
 
@@ -17,6 +18,13 @@ pub enum LinkType {
     /// `LINKTYPE_RAW` (101), `LINKTYPE_IPV4` (228), `LINKTYPE_IPV6` (229):
     /// the frame starts with the IP header.
     RawIp,
+    /// `LINKTYPE_LINUX_SLL` (113): Linux "cooked" capture, as `tcpdump -i
+    /// any` writes by default: a 16-byte header whose last two bytes are
+    /// the EtherType.
+    LinuxSll,
+    /// `LINKTYPE_LINUX_SLL2` (276): `tcpdump -i any -y LINUX_SLL2`: a
+    /// 20-byte header starting with the EtherType.
+    LinuxSll2,
     /// Anything else: every frame is counted as non-IP.
     Other(u32),
 }
@@ -27,6 +35,8 @@ impl LinkType {
         match linktype {
             1 => LinkType::Ethernet,
             101 | 228 | 229 => LinkType::RawIp,
+            113 => LinkType::LinuxSll,
+            276 => LinkType::LinuxSll2,
             other => LinkType::Other(other),
         }
     }
@@ -41,12 +51,60 @@ impl LinkType {
 /// ([`parse_frame_general`]). The split is measured: the slicer alone costs
 /// about 70 ns per frame, 70% of the 100 ns the 10 Mpps target allows.
 pub fn parse_frame(link: LinkType, data: &[u8], timestamp_ns: u64, wire_len: u32) -> PacketRecord {
-    if link == LinkType::Ethernet {
-        if let Some(record) = parse_common_ipv4(data, timestamp_ns, wire_len) {
-            return record;
+    match link {
+        LinkType::Ethernet => {
+            if let Some(record) = parse_common_ipv4(data, timestamp_ns, wire_len) {
+                return record;
+            }
         }
+        LinkType::LinuxSll | LinkType::LinuxSll2 => {
+            return parse_cooked(link, data, timestamp_ns, wire_len)
+        }
+        _ => {}
     }
     parse_frame_general(link, data, timestamp_ns, wire_len)
+}
+
+/// A Linux cooked capture's frame (SLL or SLL2): its header gives the
+/// EtherType; 802.1Q tags may follow it (libpcap puts a tag the NIC
+/// stripped back in), then the IP packet. The wire length stays the
+/// capture's (cooked header included, as tcpdump and tshark count it).
+fn parse_cooked(link: LinkType, data: &[u8], timestamp_ns: u64, wire_len: u32) -> PacketRecord {
+    let captured_len = data.len() as u32;
+    let non_ip = PacketRecord::non_ip(timestamp_ns, wire_len, captured_len);
+    let (mut offset, type_at) = match link {
+        LinkType::LinuxSll2 => (20, 0),
+        _ => (16, 14),
+    };
+    let be16 = |at: usize| -> Option<u16> {
+        data.get(at..at + 2)
+            .map(|b| u16::from_be_bytes([b[0], b[1]]))
+    };
+    let Some(mut ethertype) = be16(type_at) else {
+        return non_ip;
+    };
+    let mut vlans = [None; 2];
+    let mut tags = 0;
+    while matches!(ethertype, 0x8100 | 0x88a8 | 0x9100) {
+        let (Some(tci), Some(next)) = (be16(offset), be16(offset + 2)) else {
+            return non_ip;
+        };
+        if let Some(slot) = vlans.get_mut(tags) {
+            *slot = Some(tci & 0x0fff);
+        }
+        tags += 1;
+        offset += 4;
+        ethertype = next;
+    }
+    if ethertype != 0x0800 && ethertype != 0x86dd {
+        return non_ip;
+    }
+    let packet = data.get(offset..).unwrap_or_default();
+    let mut record = parse_frame_general(LinkType::RawIp, packet, timestamp_ns, wire_len);
+    record.captured_len = captured_len;
+    record.vlan = vlans[0];
+    record.inner_vlan = vlans[1];
+    record
 }
 
 /// The fast path of [`parse_frame`]: `None` when the frame is anything but
@@ -142,6 +200,9 @@ pub fn parse_frame_general(
     let sliced = match link {
         LinkType::Ethernet => LaxSlicedPacket::from_ethernet(data).ok(),
         LinkType::RawIp => LaxSlicedPacket::from_ip(data).ok(),
+        LinkType::LinuxSll | LinkType::LinuxSll2 => {
+            return parse_cooked(link, data, timestamp_ns, wire_len)
+        }
         LinkType::Other(_) => return record,
     };
     let Some(packet) = sliced else {
@@ -233,4 +294,55 @@ fn carries_ip(frame: &[u8]) -> bool {
         }
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An IPv4 UDP packet 10.0.0.1:1000 → 10.0.0.2:2000.
+    fn udp4() -> Vec<u8> {
+        let mut out = Vec::new();
+        etherparse::PacketBuilder::ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
+            .udp(1000, 2000)
+            .write(&mut out, &[0; 4])
+            .unwrap();
+        out
+    }
+
+    #[test]
+    fn cooked_headers_carry_ip_and_vlan_tags() {
+        // SLL: packet type, ARPHRD_ETHER, address length, address, then
+        // 802.1Q (put back by libpcap) with VLAN 42, then IPv4.
+        let mut sll = vec![0, 0, 0, 1, 0, 6, 2, 0, 0, 0, 0, 1, 0, 0, 0x81, 0x00];
+        sll.extend_from_slice(&[0x20, 42, 0x08, 0x00]);
+        sll.extend_from_slice(&udp4());
+        let r = parse_frame(LinkType::from_pcap(113), &sll, 7, sll.len() as u32);
+        assert_eq!(r.kind, FrameKind::Ip);
+        assert_eq!(r.vlan, Some(42));
+        assert_eq!(r.captured_len as usize, sll.len());
+        let flow = r.flow.unwrap();
+        assert_eq!(flow.ports, Some((1000, 2000)));
+        assert_eq!(flow.src.to_string(), "10.0.0.1");
+        // SLL2: the EtherType first, interface index, ARPHRD, packet type,
+        // address length, address.
+        let mut sll2 = vec![0x08, 0x00, 0, 0, 0, 0, 0, 1, 0, 1, 0, 6];
+        sll2.extend_from_slice(&[2, 0, 0, 0, 0, 1, 0, 0]);
+        sll2.extend_from_slice(&udp4());
+        let r = parse_frame(LinkType::from_pcap(276), &sll2, 7, sll2.len() as u32);
+        assert_eq!(r.kind, FrameKind::Ip);
+        assert_eq!(r.vlan, None);
+        assert_eq!(r.flow.unwrap().ports, Some((1000, 2000)));
+        // ARP in SLL2, and a header cut short: not IP.
+        let mut arp = sll2[..20].to_vec();
+        arp[0..2].copy_from_slice(&[0x08, 0x06]);
+        arp.extend_from_slice(&[0; 28]);
+        for frame in [&arp[..], &sll2[..1]] {
+            let r = parse_frame(LinkType::from_pcap(276), frame, 7, 100);
+            assert_eq!(r.kind, FrameKind::NonIp);
+        }
+        // IPv4 named but cut short: malformed.
+        let r = parse_frame(LinkType::from_pcap(276), &sll2[..24], 7, 100);
+        assert_eq!(r.kind, FrameKind::Malformed);
+    }
 }

@@ -3,6 +3,7 @@
 
 use std::io::Read;
 
+use pcap_parser::nom::error::ErrorKind;
 use pcap_parser::pcapng::Block;
 use pcap_parser::traits::PcapReaderIterator;
 use pcap_parser::{create_reader, PcapBlockOwned, PcapError};
@@ -16,15 +17,88 @@ const INITIAL_BUFFER: usize = 256 << 10;
 /// The buffer never grows beyond this: a record that claims to be larger is
 /// an error, not an allocation.
 pub const MAX_RECORD_BYTES: usize = 16 << 20;
+/// Largest packet a pcap record may hold (libpcap's limit for every link
+/// type this reader parses; it refuses larger records as corrupt too).
+pub const MAX_PACKET_BYTES: u64 = 262_144;
+/// Largest pcapng packet block: a packet of [`MAX_PACKET_BYTES`] and room
+/// for options.
+const MAX_PACKET_BLOCK: u64 = MAX_PACKET_BYTES + (64 << 10);
+
+/// What makes a record unreadable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Corruption {
+    /// Its length field claims more than any record can hold.
+    Length {
+        /// The length claimed, bytes.
+        claimed: u64,
+        /// The most a record of its kind may have.
+        limit: u64,
+    },
+    /// A pcapng block length shorter than a block or not a multiple of 4.
+    BlockLength {
+        /// The length claimed, bytes.
+        claimed: u64,
+    },
+    /// The record does not parse.
+    Unreadable(&'static str),
+}
+
+impl std::fmt::Display for Corruption {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Corruption::Length { claimed, limit } => write!(
+                f,
+                "its length field claims {claimed} bytes, more than the {limit} a record can hold"
+            ),
+            Corruption::BlockLength { claimed } => write!(
+                f,
+                "its block length {claimed} is not a multiple of 4 of at least 12"
+            ),
+            Corruption::Unreadable(why) => write!(f, "unreadable record ({why})"),
+        }
+    }
+}
+
+/// Where a capture stops being readable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct CorruptRecord {
+    /// Byte offset of the record in the file.
+    pub offset: u64,
+    /// Packets read before it.
+    pub after_packets: u64,
+    /// What is wrong with it (in words, in JSON).
+    #[serde(serialize_with = "as_text")]
+    pub what: Corruption,
+}
+
+fn as_text<S: serde::Serializer>(what: &Corruption, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(what)
+}
+
+impl std::fmt::Display for CorruptRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "corrupt record at byte {} (after packet {}): {}",
+            self.offset, self.after_packets, self.what
+        )
+    }
+}
 
 /// What the reader met besides packets.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReadCounts {
     /// Packet records read.
     pub records: u64,
-    /// The file ends in the middle of a record (a capture that was cut
-    /// short); everything before it was read.
+    /// The file ends in the middle of its last record (a capture that was
+    /// cut short, its length plausible); everything before it was read.
     pub truncated_tail: bool,
+    /// With [`TraceReader::keep_partial`]: the record where the capture
+    /// stopped being readable (everything from it on is skipped).
+    pub corrupt: Option<CorruptRecord>,
+    /// Bytes not read: from a corrupt record to the end of the file, or the
+    /// part of a last record that is cut short.
+    pub skipped_bytes: u64,
     /// Records skipped because they cannot be placed (a pcapng packet naming
     /// an interface that was never described, an invalid time resolution).
     pub skipped_records: u64,
@@ -47,10 +121,17 @@ pub struct TraceReader<'a> {
     inner: Box<dyn PcapReaderIterator + Send + 'a>,
     /// Legacy pcap: link type and whether timestamps are in nanoseconds.
     legacy: Option<(LinkType, bool)>,
+    /// Legacy pcap: big-endian headers, and the record limit.
+    legacy_format: (bool, u64),
+    /// pcapng: the current section is big-endian.
+    ng_big_endian: bool,
     /// pcapng: the interfaces of the current section.
     interfaces: Vec<Interface>,
     capacity: usize,
     counts: ReadCounts,
+    keep_partial: bool,
+    /// Nothing more to read (after a corrupt record, in keep-partial mode).
+    done: bool,
 }
 
 /// Makes every `read` fill the buffer unless the input ends: pcap-parser
@@ -87,10 +168,24 @@ impl<'a> TraceReader<'a> {
         Ok(Self {
             inner,
             legacy: None,
+            legacy_format: (false, MAX_PACKET_BYTES),
+            ng_big_endian: false,
             interfaces: Vec::new(),
             capacity: INITIAL_BUFFER,
             counts: ReadCounts::default(),
+            keep_partial: false,
+            done: false,
         })
+    }
+
+    /// What to do at a corrupt record before the end of the capture: by
+    /// default [`next_record`](Self::next_record) fails with
+    /// [`TraceError::Corrupt`]; kept partial, the capture ends there, the
+    /// packets before it are kept, and [`ReadCounts::corrupt`] and
+    /// [`ReadCounts::skipped_bytes`] say what was left out.
+    pub fn keep_partial(mut self, keep: bool) -> Self {
+        self.keep_partial = keep;
+        self
     }
 
     /// Reads from a byte slice (tests, benchmarks, fuzzing).
@@ -103,9 +198,87 @@ impl<'a> TraceReader<'a> {
         self.counts
     }
 
+    /// The length the record at the reading position claims, if it is
+    /// beyond what any record can have (the bytes left start with it).
+    fn implausible_length(&self) -> Option<Corruption> {
+        let data = self.inner.data();
+        let u32_at = |at: usize, big: bool| -> Option<u64> {
+            let b: [u8; 4] = data.get(at..at + 4)?.try_into().ok()?;
+            Some(u64::from(if big {
+                u32::from_be_bytes(b)
+            } else {
+                u32::from_le_bytes(b)
+            }))
+        };
+        if self.legacy.is_some() {
+            let (big, limit) = self.legacy_format;
+            let claimed = u32_at(8, big)?;
+            return (claimed > limit).then_some(Corruption::Length { claimed, limit });
+        }
+        let mut big = self.ng_big_endian;
+        let block_type = u32_at(0, big)?;
+        if block_type == 0x0a0d_0d0a {
+            // A section header gives its own byte order.
+            big = data.get(8..12)? == [0x1a, 0x2b, 0x3c, 0x4d];
+        }
+        let claimed = u32_at(4, big)?;
+        if claimed < 12 || claimed % 4 != 0 {
+            return Some(Corruption::BlockLength { claimed });
+        }
+        // Obsolete packet, simple packet and enhanced packet blocks.
+        let limit = if matches!(u32_at(0, big)?, 2 | 3 | 6) {
+            MAX_PACKET_BLOCK
+        } else {
+            MAX_RECORD_BYTES as u64
+        };
+        (claimed > limit).then_some(Corruption::Length { claimed, limit })
+    }
+
+    /// The capture is unreadable from the reading position on: an error, or
+    /// in keep-partial mode the end of the capture, the rest counted.
+    fn corrupt(&mut self, what: Corruption) -> Result<Option<PacketRecord>, TraceError> {
+        let record = CorruptRecord {
+            offset: self.inner.consumed() as u64,
+            after_packets: self.counts.records,
+            what,
+        };
+        if !self.keep_partial {
+            return Err(TraceError::Corrupt(record));
+        }
+        self.counts.corrupt = Some(record);
+        self.done = true;
+        // Count the bytes left, reading them through the parser's buffer.
+        loop {
+            let n = self.inner.data().len();
+            self.inner.consume(n);
+            self.counts.skipped_bytes += n as u64;
+            if n == 0 && self.inner.reader_exhausted() {
+                return Ok(None);
+            }
+            self.inner.refill().map_err(|_| TraceError::Read)?;
+        }
+    }
+
+    /// The input ends inside a record: a cut-short last record when its
+    /// length is plausible, a corrupt one otherwise.
+    fn ends_inside_a_record(&mut self) -> Result<Option<PacketRecord>, TraceError> {
+        if let Some(what) = self.implausible_length() {
+            return self.corrupt(what);
+        }
+        self.counts.truncated_tail = true;
+        self.counts.skipped_bytes += self.inner.data().len() as u64;
+        self.done = true;
+        Ok(None)
+    }
+
     /// The next packet, `Ok(None)` at the end of the capture (including a
-    /// capture whose last record is cut short: see [`ReadCounts::truncated_tail`]).
+    /// capture whose last record is cut short: see
+    /// [`ReadCounts::truncated_tail`]). A record before the end that cannot
+    /// be read is a [`TraceError::Corrupt`] (see [`keep_partial`](Self::keep_partial)).
     pub fn next_record(&mut self) -> Result<Option<PacketRecord>, TraceError> {
+        if self.done {
+            return Ok(None);
+        }
         let mut stalled = 0;
         loop {
             let consumed = self.inner.consumed() as u64;
@@ -113,10 +286,17 @@ impl<'a> TraceReader<'a> {
                 Ok((offset, block)) => {
                     let record = match block {
                         PcapBlockOwned::LegacyHeader(header) => {
+                            let linktype = header.network.0 as u32;
                             self.legacy = Some((
-                                LinkType::from_pcap(header.network.0 as u32),
+                                LinkType::from_pcap(linktype),
                                 header.is_nanosecond_precision(),
                             ));
+                            // libpcap's larger limits: D-Bus, USBPcap, EBHSCR.
+                            let limit = match linktype {
+                                231 | 249 | 279 => MAX_RECORD_BYTES as u64,
+                                _ => MAX_PACKET_BYTES,
+                            };
+                            self.legacy_format = (header.is_bigendian(), limit);
                             None
                         }
                         PcapBlockOwned::Legacy(b) => {
@@ -126,13 +306,19 @@ impl<'a> TraceReader<'a> {
                                     reason: "packet record before the file header".into(),
                                 });
                             };
+                            let limit = self.legacy_format.1;
+                            if u64::from(b.caplen) > limit {
+                                let claimed = u64::from(b.caplen);
+                                return self.corrupt(Corruption::Length { claimed, limit });
+                            }
                             let fraction = u64::from(b.ts_usec);
                             let ts = u64::from(b.ts_sec) * 1_000_000_000
                                 + if nanos { fraction } else { fraction * 1_000 };
                             let data = &b.data[..(b.caplen as usize).min(b.data.len())];
                             Some(frame(&mut self.counts, link, data, ts, b.origlen))
                         }
-                        PcapBlockOwned::NG(Block::SectionHeader(_)) => {
+                        PcapBlockOwned::NG(Block::SectionHeader(shb)) => {
+                            self.ng_big_endian = shb.big_endian();
                             self.interfaces.clear();
                             None
                         }
@@ -143,6 +329,15 @@ impl<'a> TraceReader<'a> {
                                 offset_s: idb.ts_offset(),
                             });
                             None
+                        }
+                        PcapBlockOwned::NG(Block::EnhancedPacket(epb))
+                            if u64::from(epb.block_len1) > MAX_PACKET_BLOCK =>
+                        {
+                            let claimed = u64::from(epb.block_len1);
+                            return self.corrupt(Corruption::Length {
+                                claimed,
+                                limit: MAX_PACKET_BLOCK,
+                            });
                         }
                         PcapBlockOwned::NG(Block::EnhancedPacket(epb)) => {
                             match self.interfaces.get(epb.if_id as usize).copied() {
@@ -187,23 +382,23 @@ impl<'a> TraceReader<'a> {
                     }
                 }
                 Err(PcapError::Eof) => return Ok(None),
-                Err(PcapError::UnexpectedEof) => {
-                    self.counts.truncated_tail = true;
-                    return Ok(None);
-                }
+                Err(PcapError::UnexpectedEof) => return self.ends_inside_a_record(),
                 Err(PcapError::Incomplete(_)) => {
                     stalled += 1;
                     if stalled > 3 {
-                        self.counts.truncated_tail = true;
-                        return Ok(None);
+                        return self.ends_inside_a_record();
                     }
                     self.inner.refill().map_err(|_| TraceError::Read)?;
                 }
                 Err(PcapError::BufferTooSmall) => {
+                    if let Some(what) = self.implausible_length() {
+                        return self.corrupt(what);
+                    }
                     if self.capacity >= MAX_RECORD_BYTES {
-                        return Err(TraceError::RecordTooLarge {
-                            offset: self.inner.consumed() as u64,
-                            limit: MAX_RECORD_BYTES,
+                        let claimed = self.capacity as u64;
+                        return self.corrupt(Corruption::Length {
+                            claimed,
+                            limit: MAX_RECORD_BYTES as u64,
                         });
                     }
                     self.capacity *= 2;
@@ -212,16 +407,17 @@ impl<'a> TraceReader<'a> {
                 }
                 Err(PcapError::ReadError) => return Err(TraceError::Read),
                 Err(e) => {
-                    let reason = match e {
+                    let why = match e {
                         PcapError::NomError(_, kind) | PcapError::OwnedNomError(_, kind) => {
-                            format!("unreadable record ({})", kind.description())
+                            match kind {
+                                ErrorKind::Verify => "its fields disagree",
+                                ErrorKind::Eof | ErrorKind::Complete => "it is cut short",
+                                _ => "it does not parse",
+                            }
                         }
-                        other => format!("{other:?}"),
+                        _ => "unrecognised block",
                     };
-                    return Err(TraceError::Malformed {
-                        offset: self.inner.consumed() as u64,
-                        reason,
-                    });
+                    return self.corrupt(Corruption::Unreadable(why));
                 }
             }
         }

@@ -168,8 +168,16 @@ pub struct TraceReport {
     pub fragments: u64,
     /// Frames with at least one VLAN tag.
     pub vlan_tagged: u64,
-    /// What the reader skipped or repaired.
+    /// The last record is cut short (a capture stopped mid-write); it was
+    /// left out.
     pub truncated_tail: bool,
+    /// Where the capture stopped being readable, when it was read with
+    /// [`TraceReader::keep_partial`](crate::TraceReader::keep_partial)
+    /// (`null`: it was read to its end).
+    pub corrupt_record: Option<crate::read::CorruptRecord>,
+    /// Bytes left out: from the corrupt record to the end, or the part of
+    /// a last record that is cut short.
+    pub skipped_bytes: u64,
     /// Records the reader could not place.
     pub skipped_records: u64,
     /// Records whose captured length exceeded the original length.
@@ -555,6 +563,8 @@ impl TraceStats {
             fragments: self.fragments,
             vlan_tagged: self.vlan_tagged,
             truncated_tail: counts.truncated_tail,
+            corrupt_record: counts.corrupt,
+            skipped_bytes: counts.skipped_bytes,
             skipped_records: counts.skipped_records,
             inconsistent_lengths: counts.inconsistent_lengths,
             out_of_order_timestamps: self.out_of_order,

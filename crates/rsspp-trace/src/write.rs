@@ -19,6 +19,16 @@ pub enum TimePrecision {
 /// Largest snaplen libpcap accepts.
 pub const MAX_SNAPLEN: u32 = 262_144;
 
+/// Checks a snaplen (1..=[`MAX_SNAPLEN`]) before anything is written.
+pub fn check_snaplen(snaplen: u32) -> Result<(), TraceError> {
+    if snaplen == 0 || snaplen > MAX_SNAPLEN {
+        return Err(TraceError::InvalidOption(format!(
+            "snaplen must be between 1 and {MAX_SNAPLEN} bytes, got {snaplen}"
+        )));
+    }
+    Ok(())
+}
+
 /// Writes Ethernet frames to a pcap stream.
 pub struct PcapWriter<W: Write> {
     out: W,
@@ -31,11 +41,7 @@ impl<W: Write> PcapWriter<W> {
     /// Writes the file header. `snaplen` is the most bytes stored per frame
     /// (1..=262144).
     pub fn new(mut out: W, snaplen: u32, precision: TimePrecision) -> Result<Self, TraceError> {
-        if snaplen == 0 || snaplen > MAX_SNAPLEN {
-            return Err(TraceError::InvalidOption(format!(
-                "snaplen must be between 1 and {MAX_SNAPLEN} bytes, got {snaplen}"
-            )));
-        }
+        check_snaplen(snaplen)?;
         let magic: u32 = match precision {
             TimePrecision::Micro => 0xa1b2_c3d4,
             TimePrecision::Nano => 0xa1b2_3c4d,

@@ -294,6 +294,58 @@ fn our_stats_agree_with_tshark_on_a_live_tcpdump_capture() {
     let _ = std::fs::remove_file(&path);
 }
 
+/// `tcpdump -i any` on loopback (UDP over IPv4 and IPv6, a TCP
+/// connection), as Linux cooked captures v1 and v2: every frame is read as
+/// the IP packet tshark sees in it.
+#[test]
+fn tcpdump_any_captures_are_read_as_tshark_reads_them() {
+    for name in ["tcpdump-any-sll.pcap", "tcpdump-any-sll2.pcap"] {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/corpus")
+            .join(name);
+        let ours = records(&std::fs::read(&path).unwrap());
+        let rows = tshark_fields(
+            &path,
+            &[
+                "ip.src",
+                "ipv6.src",
+                "ip.dst",
+                "ipv6.dst",
+                "udp.srcport",
+                "tcp.srcport",
+                "udp.dstport",
+                "tcp.dstport",
+                "frame.len",
+                "tcp.flags.syn",
+            ],
+        );
+        assert_eq!(ours.len(), rows.len(), "{name}");
+        assert_eq!(ours.len(), 20, "{name}");
+        for (r, row) in ours.iter().zip(&rows) {
+            let flow = r
+                .flow
+                .unwrap_or_else(|| panic!("{name}: {r:?} has no flow"));
+            let (sport, dport) = flow.ports.expect("TCP or UDP");
+            let theirs = (
+                format!("{}{}", row[0], row[1]),
+                format!("{}{}", row[2], row[3]),
+                format!("{}{}", row[4], row[5]),
+                format!("{}{}", row[6], row[7]),
+            );
+            let mine = (
+                flow.src.to_string(),
+                flow.dst.to_string(),
+                sport.to_string(),
+                dport.to_string(),
+            );
+            assert_eq!(mine, theirs, "{name}");
+            assert_eq!(r.wire_len.to_string(), row[8], "{name}");
+            let syn = row[9] == "1" || row[9] == "True";
+            assert_eq!(r.tcp_flags & SYN != 0, syn, "{name}");
+        }
+    }
+}
+
 const SCAPY_SCRIPT: &str = r#"
 import sys
 from scapy.all import Ether, Dot1Q, IP, IPv6, IPv6ExtHdrHopByHop, IPv6ExtHdrDestOpt, TCP, UDP, ICMP, ARP, Raw, fragment, wrpcapng

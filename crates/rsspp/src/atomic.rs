@@ -58,27 +58,114 @@ pub fn write(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
 /// The write itself, once the destination looks right (it can still fail:
 /// a full disk, a directory made meanwhile).
 fn replace(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
-    let name = path
-        .file_name()
-        .ok_or_else(|| CliError::Invalid(format!("{} is not a file name", path.display())))?;
-    let tmp = parent_dir(path).join(format!(
-        ".{}.{}.tmp",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let result = (|| -> io::Result<()> {
+    let mut file = AtomicFile::create_unchecked(path)?;
+    file.write_all(bytes).map_err(|e| io_error(path, e))?;
+    file.commit()
+}
+
+/// An output file written in pieces that appears all at once: the data goes
+/// to a temporary file next to `path`, renamed over it by
+/// [`commit`](Self::commit). Dropped without a commit (an error half-way),
+/// it removes the temporary file and leaves `path` as it was.
+///
+/// A destination that exists and is not a regular file (`/dev/null`, a
+/// FIFO) is written directly: renaming over it would replace the device.
+/// A symbolic link is followed: the file it names is replaced.
+pub struct AtomicFile {
+    /// Where the data ends up.
+    path: PathBuf,
+    /// The temporary file, `None` when writing directly.
+    tmp: Option<PathBuf>,
+    file: fs::File,
+}
+
+impl AtomicFile {
+    /// Opens the temporary file (after [`check_destination`]).
+    pub fn create(path: &Path) -> Result<Self, CliError> {
+        check_destination(path)?;
+        Self::create_unchecked(path)
+    }
+
+    fn create_unchecked(path: &Path) -> Result<Self, CliError> {
+        let mut target = path.to_path_buf();
+        if let Ok(meta) = fs::symlink_metadata(path) {
+            if meta.file_type().is_symlink() {
+                // The link's target, when it exists; a dangling link is
+                // replaced itself.
+                if let Ok(real) = fs::canonicalize(path) {
+                    target = real;
+                }
+            }
+        }
+        if let Ok(meta) = fs::metadata(&target) {
+            if !meta.is_file() && !meta.is_dir() {
+                let file = OpenOptions::new()
+                    .write(true)
+                    .open(&target)
+                    .map_err(|e| io_error(path, e))?;
+                return Ok(Self {
+                    path: target,
+                    tmp: None,
+                    file,
+                });
+            }
+        }
+        let name = target
+            .file_name()
+            .ok_or_else(|| CliError::Invalid(format!("{} is not a file name", path.display())))?;
+        let tmp = parent_dir(&target).join(format!(
+            ".{}.{}.tmp",
+            name.to_string_lossy(),
+            std::process::id()
+        ));
         // create_new: never write through a link or a file someone else
         // left under the temporary name.
-        let mut file = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        fs::rename(&tmp, path)
-    })();
-    result.map_err(|e| {
-        // Best effort: the temporary file may not even exist.
-        let _ = fs::remove_file(&tmp);
-        io_error(path, e)
-    })
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .map_err(|e| io_error(path, e))?;
+        Ok(Self {
+            path: target,
+            tmp: Some(tmp),
+            file,
+        })
+    }
+
+    /// Flushes the data to disk and renames the temporary file over the
+    /// destination.
+    pub fn commit(mut self) -> Result<(), CliError> {
+        let Some(tmp) = self.tmp.take() else {
+            return self.file.flush().map_err(|e| io_error(&self.path, e));
+        };
+        let result = self
+            .file
+            .sync_all()
+            .and_then(|()| fs::rename(&tmp, &self.path));
+        result.map_err(|e| {
+            // Best effort: the temporary file may not even exist.
+            let _ = fs::remove_file(&tmp);
+            io_error(&self.path, e)
+        })
+    }
+}
+
+impl Write for AtomicFile {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.file.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.file.flush()
+    }
+}
+
+impl Drop for AtomicFile {
+    fn drop(&mut self) {
+        if let Some(tmp) = &self.tmp {
+            let _ = fs::remove_file(tmp);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -128,6 +215,48 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("does not exist"), "{err}");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_dropped_file_leaves_the_old_one_and_no_temporary() {
+        let dir = scratch("dropped");
+        let path = dir.join("keep.pcap");
+        fs::write(&path, "old").unwrap();
+        {
+            let mut f = AtomicFile::create(&path).unwrap();
+            f.write_all(b"half of the new").unwrap();
+        }
+        assert_eq!(fs::read_to_string(&path).unwrap(), "old");
+        let names: Vec<_> = fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec!["keep.pcap"]);
+        let mut f = AtomicFile::create(&path).unwrap();
+        f.write_all(b"new").unwrap();
+        f.commit().unwrap();
+        assert_eq!(fs::read_to_string(&path).unwrap(), "new");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_device_is_written_not_replaced_and_a_link_is_followed() {
+        let mut f = AtomicFile::create(Path::new("/dev/null")).unwrap();
+        f.write_all(b"nothing").unwrap();
+        f.commit().unwrap();
+        assert!(!fs::metadata("/dev/null").unwrap().is_file());
+        let dir = scratch("link");
+        let real = dir.join("real.pcap");
+        fs::write(&real, "old").unwrap();
+        let link = dir.join("link.pcap");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        write(&link, b"new").unwrap();
+        assert!(fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(fs::read_to_string(&real).unwrap(), "new");
         fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -92,6 +92,14 @@ pub enum CliError {
         /// What went wrong.
         source: rsspp_trace::TraceError,
     },
+    /// A capture with a corrupt record before its end.
+    #[error("{path}: {record} (--keep-partial keeps the packets before it)")]
+    CorruptTrace {
+        /// The file (`-` for standard input).
+        path: String,
+        /// Where and what.
+        record: rsspp_trace::read::CorruptRecord,
+    },
     /// A NIC's indirection table could not be read or written.
     #[error(transparent)]
     Nic(#[from] crate::cmd::nic::NicError),

@@ -37,7 +37,7 @@ fn a_pcap_replays_through_every_named_policy() {
     let dir = tempdir();
     let pcap = dir.join("elephants.pcap");
     rsspp()
-        .args(["trace", "gen", "--preset", "elephants", "--duration", "1"])
+        .args(["trace", "gen", "--preset", "elephants", "--duration", "2"])
         .args(["-o", pcap.to_str().unwrap()])
         .assert()
         .success();
@@ -297,5 +297,184 @@ fn bad_cost_model_files_are_refused_with_a_clear_message() {
         .assert()
         .failure()
         .stderr(predicate::str::contains("cannot be used with"));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// A 1-second capture of 16 UDP flows at 10 kpps (10 000 packets).
+fn short_capture(dir: &std::path::Path) -> std::path::PathBuf {
+    let pcap = dir.join("short.pcap");
+    rsspp()
+        .args(["trace", "gen", "--preset", "udp-flows", "--flows", "16"])
+        .args(["--pps", "10000", "--duration", "1", "-o"])
+        .arg(&pcap)
+        .assert()
+        .success();
+    pcap
+}
+
+/// The offsets of a classic pcap's records.
+fn record_offsets(bytes: &[u8]) -> Vec<usize> {
+    let mut at = 24;
+    let mut out = Vec::new();
+    while at + 16 <= bytes.len() {
+        out.push(at);
+        at += 16 + u32::from_le_bytes(bytes[at + 8..at + 12].try_into().unwrap()) as usize;
+    }
+    out
+}
+
+#[test]
+fn a_short_capture_is_refused_at_a_load_it_cannot_give_and_looped_on_request() {
+    let dir = tempdir();
+    let pcap = short_capture(&dir);
+    let trace = pcap.to_str().unwrap();
+    // At load 0.8 on 2 cores the 1-second capture lasts a few ms.
+    refused(
+        &["--trace", trace, "--cores", "2", "--duration", "3"],
+        "--loop replays the capture",
+    );
+    compare(&["--trace", trace, "--cores", "2", "--duration", "3"])
+        .assert()
+        .stderr(predicate::str::contains("load 0.8 needs replay speed"));
+    // Looped: the whole duration at the load asked.
+    let out = compare(&[
+        "--trace",
+        trace,
+        "--loop",
+        "--cores",
+        "2",
+        "--duration",
+        "2",
+    ])
+    .args(["--policies", "rss", "--json"])
+    .assert()
+    .success()
+    .stderr(predicate::str::contains("the trace was replayed"))
+    .get_output()
+    .clone();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let load = v["summary"]["rss"]["avg_load"].as_f64().unwrap();
+    assert!((0.6..0.95).contains(&load), "load {load}");
+    assert_eq!(v["caveats"][0]["kind"], "repeated");
+    assert!(v["caveats"][0]["passes"].as_u64().unwrap() > 10);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn a_capture_that_runs_out_is_said_and_missing_statistics_are_not_zero() {
+    let dir = tempdir();
+    let pcap = short_capture(&dir);
+    // At speed 2 the capture lasts 0.5 s: no full second for an imbalance
+    // sample.
+    compare(&["--trace", pcap.to_str().unwrap(), "--speed", "2"])
+        .args(["--cores", "2", "--duration", "3", "--policies", "rss"])
+        .assert()
+        .success()
+        .stderr(predicate::str::contains(
+            "the trace ran out at 0.500 s of the 3 s asked",
+        ))
+        .stdout(
+            predicate::str::contains("0.500 s (the trace ran out; 3.0 s asked)")
+                .and(predicate::str::is_match(r"\nrss +n/a ").unwrap()),
+        );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn a_wild_timestamp_is_found_before_anything_runs() {
+    let dir = tempdir();
+    let bytes = std::fs::read(short_capture(&dir)).unwrap();
+    // The first 100 packets, the last of them an hour late.
+    let offsets = record_offsets(&bytes);
+    let mut wild = bytes[..offsets[100]].to_vec();
+    let last = offsets[99];
+    let seconds = u32::from_le_bytes(wild[last..last + 4].try_into().unwrap()) + 3600;
+    wild[last..last + 4].copy_from_slice(&seconds.to_le_bytes());
+    let path = dir.join("wild.pcap");
+    std::fs::write(&path, wild).unwrap();
+    refused(
+        &[
+            "--trace",
+            path.to_str().unwrap(),
+            "--cores",
+            "2",
+            "--duration",
+            "1",
+        ],
+        "packets 99 and 100 (frame numbers) are 3600.000 s apart",
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn a_corrupt_capture_is_refused_unless_kept_partial() {
+    let dir = tempdir();
+    let mut bytes = std::fs::read(short_capture(&dir)).unwrap();
+    let at = record_offsets(&bytes)[5000];
+    bytes[at + 8..at + 12].copy_from_slice(&0x4141_4141u32.to_le_bytes());
+    let path = dir.join("corrupt.pcap");
+    std::fs::write(&path, &bytes).unwrap();
+    let trace = path.to_str().unwrap();
+    refused(
+        &[
+            "--trace",
+            trace,
+            "--speed",
+            "1",
+            "--cores",
+            "2",
+            "--duration",
+            "1",
+        ],
+        &format!("corrupt record at byte {at} (after packet 5000)"),
+    );
+    let out = compare(&["--trace", trace, "--keep-partial", "--speed", "1"])
+        .args([
+            "--cores",
+            "2",
+            "--duration",
+            "1",
+            "--policies",
+            "rss",
+            "--json",
+        ])
+        .assert()
+        .success()
+        .stderr(predicate::str::contains(format!(
+            "only the 5000 packets before it were replayed ({} bytes skipped)",
+            bytes.len() - at
+        )))
+        .get_output()
+        .stdout
+        .clone();
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["summary"]["rss"]["packets"], 5000);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn a_capture_on_standard_input_replays_as_a_file_does() {
+    let dir = tempdir();
+    let bytes = std::fs::read(short_capture(&dir)).unwrap();
+    let run = |input: Option<&[u8]>| {
+        let mut cmd = compare(&["--speed", "1", "--cores", "2", "--duration", "1"]);
+        cmd.args(["--policies", "rss", "--json", "--trace"]);
+        match input {
+            Some(bytes) => cmd.arg("-").write_stdin(bytes.to_vec()),
+            None => cmd.arg(dir.join("short.pcap")),
+        };
+        let mut v = json_of(&mut cmd);
+        v["workload"]
+            .take()
+            .as_str()
+            .map(str::to_string)
+            .zip(Some(v["summary"]["rss"].clone()))
+            .unwrap()
+    };
+    let (name, piped) = run(Some(&bytes));
+    assert_eq!(name, "standard input");
+    let (_, from_file) = run(None);
+    assert_eq!(piped, from_file);
+    assert_eq!(piped["packets"], 10_000);
     std::fs::remove_dir_all(dir).unwrap();
 }

@@ -159,3 +159,167 @@ fn short_connections_take_a_connection_rate() {
         .failure()
         .stderr(predicate::str::contains("--conn-rate applies to"));
 }
+
+/// `rsspp trace gen` of a small valid trace into `path`.
+fn gen_small(path: &std::path::Path) {
+    rsspp()
+        .args(["trace", "gen", "--preset", "udp-flows", "--flows", "16"])
+        .args(["--pps", "10000", "--duration", "1", "-o"])
+        .arg(path)
+        .assert()
+        .success();
+}
+
+#[test]
+fn a_bad_option_leaves_an_existing_output_alone() {
+    let dir = temp("keep");
+    std::fs::create_dir_all(&dir).unwrap();
+    let keep = dir.join("keep.pcap");
+    gen_small(&keep);
+    let before = std::fs::read(&keep).unwrap();
+    for (bad, message) in [
+        (
+            &["--preset", "campus", "--flows", "5"][..],
+            "--flows applies to",
+        ),
+        (
+            &["--preset", "campus", "--duration", "0"],
+            "duration must be",
+        ),
+        (
+            &["--preset", "udp-flows", "--frame-size", "10"],
+            "frame size must be",
+        ),
+        (&["--preset", "campus", "--snaplen", "0"], "snaplen"),
+        (&["--preset", "udp-flows", "--pps", "1e12"], "150000000 pps"),
+    ] {
+        rsspp()
+            .args(["trace", "gen"])
+            .args(bad)
+            .arg("-o")
+            .arg(&keep)
+            .assert()
+            .failure()
+            .stderr(predicate::str::contains(message));
+        assert_eq!(std::fs::read(&keep).unwrap(), before, "{bad:?}");
+    }
+    // A good run replaces it, and leaves no temporary file behind.
+    rsspp()
+        .args(["trace", "gen", "--preset", "udp-flows", "--flows", "4"])
+        .args(["--duration", "0.01", "-o"])
+        .arg(&keep)
+        .assert()
+        .success();
+    assert_ne!(std::fs::read(&keep).unwrap(), before);
+    let names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["keep.pcap"]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn absurd_flow_counts_and_rates_are_refused_at_once() {
+    let started = std::time::Instant::now();
+    rsspp()
+        .args([
+            "trace",
+            "gen",
+            "--preset",
+            "udp-flows",
+            "--flows",
+            "100000000",
+        ])
+        .args(["--duration", "0.01", "-o", "-"])
+        .assert()
+        .failure()
+        .stdout("")
+        .stderr(predicate::str::contains("--flows must be at most 10000000"));
+    rsspp()
+        .args([
+            "trace",
+            "gen",
+            "--preset",
+            "udp-flows",
+            "--flows",
+            "1000000",
+        ])
+        .args(["--duration", "0.01", "-o", "-"])
+        .assert()
+        .failure()
+        .stdout("")
+        .stderr(predicate::str::contains(
+            "--flows 1000000 is more than the 10000 packets the trace holds",
+        ));
+    rsspp()
+        .args([
+            "trace",
+            "gen",
+            "--preset",
+            "elephants",
+            "--speed",
+            "1e6",
+            "-o",
+            "-",
+        ])
+        .assert()
+        .failure()
+        .stdout("")
+        .stderr(predicate::str::contains("beyond the 150000000 pps"));
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+}
+
+#[test]
+fn a_corrupt_record_is_an_error_unless_kept_partial() {
+    let path = temp("corrupt.pcap");
+    gen_small(&path);
+    let mut bytes = std::fs::read(&path).unwrap();
+    // Record 14's captured length.
+    let mut at = 24;
+    for _ in 0..13 {
+        at += 16 + u32::from_le_bytes(bytes[at + 8..at + 12].try_into().unwrap()) as usize;
+    }
+    bytes[at + 8..at + 12].copy_from_slice(&0x4141_4141u32.to_le_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+    rsspp()
+        .args(["trace", "stats"])
+        .arg(&path)
+        .assert()
+        .failure()
+        .stdout("")
+        .stderr(predicate::str::contains(format!(
+            "corrupt record at byte {at} (after packet 13): its length field claims 1094795585 bytes"
+        )))
+        .stderr(predicate::str::contains("--keep-partial"));
+    let out = rsspp()
+        .args(["trace", "stats", "--keep-partial", "--json", "-"])
+        .write_stdin(bytes.clone())
+        .assert()
+        .success()
+        .stderr(predicate::str::contains(format!(
+            "kept the 13 packets before it, skipped the remaining {} bytes",
+            bytes.len() - at
+        )))
+        .get_output()
+        .stdout
+        .clone();
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["packets"], 13);
+    assert_eq!(v["skipped_bytes"], (bytes.len() - at) as u64);
+    assert_eq!(v["corrupt_record"]["offset"], at as u64);
+    // A last record cut short stays a warning.
+    gen_small(&path);
+    let whole = std::fs::read(&path).unwrap();
+    std::fs::write(&path, &whole[..whole.len() - 10]).unwrap();
+    rsspp()
+        .args(["trace", "stats"])
+        .arg(&path)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("packets          9999"))
+        .stderr(predicate::str::contains(
+            "the last record is cut short (70 bytes left out)",
+        ));
+    let _ = std::fs::remove_file(&path);
+}

@@ -108,6 +108,13 @@ fn settings(page: &mut String, c: &Comparison) {
     for (k, v) in [("Policies", names.join(", ")), ("Load sweep", sweep)] {
         let _ = write!(page, "<div class=\"wide\"><dt>{k}</dt><dd>{v}</dd></div>");
     }
+    for caveat in &c.caveats {
+        let _ = write!(
+            page,
+            "<div class=\"wide\"><dt>Note</dt><dd>{}</dd></div>",
+            esc(&caveat.to_string())
+        );
+    }
     page.push_str("</dl>\n</section>\n");
 }
 

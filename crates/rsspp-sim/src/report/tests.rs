@@ -185,7 +185,20 @@ fn comparison(policies: Vec<PolicyResult>, sweep: bool) -> Comparison {
         seed: 1,
         policies,
         sweep,
+        caveats: Vec::new(),
     }
+}
+
+#[test]
+fn caveats_are_shown_in_the_settings() {
+    let mut c = comparison(vec![policy("rss", 2, 6, false)], false);
+    c.caveats = vec![crate::Caveat::TraceRanOut {
+        at_s: 1.25,
+        duration_s: 3.0,
+    }];
+    let page = html(&c);
+    check_markup(&page);
+    assert!(page.contains("the trace ran out at 1.250 s of the 3 s asked"));
 }
 
 #[test]

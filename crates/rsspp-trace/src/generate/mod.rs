@@ -247,11 +247,7 @@ fn sources(config: &GenConfig) -> Result<Vec<Source>, TraceError> {
         ),
         Preset::UdpFlows => {
             let n = config.flows.unwrap_or(1024);
-            if n == 0 {
-                return Err(TraceError::InvalidOption(
-                    "--flows must be at least 1".into(),
-                ));
-            }
+            check_flows(config, n)?;
             let mut m = campus_model(Preset::UdpFlows.nominal_pps(), 0.0, 0);
             m.heavy_count = n;
             m.heavy_top_pps = None;
@@ -262,11 +258,7 @@ fn sources(config: &GenConfig) -> Result<Vec<Source>, TraceError> {
         }
         Preset::Elephants => {
             let n = config.flows.unwrap_or(4);
-            if n == 0 {
-                return Err(TraceError::InvalidOption(
-                    "--flows must be at least 1".into(),
-                ));
-            }
+            check_flows(config, n)?;
             let mut m = campus_model(Preset::Elephants.nominal_pps(), 2_000.0, 0);
             m.heavy_count = n;
             m.heavy_top_pps = None;
@@ -280,6 +272,37 @@ fn sources(config: &GenConfig) -> Result<Vec<Source>, TraceError> {
             vec![Source::Connections(Connections::new(rate, seed_of(0)))]
         }
     })
+}
+
+/// Most flows (`udp-flows`) or elephants (`elephants`) a generator keeps:
+/// each costs about 150 bytes for the whole trace.
+pub const MAX_FLOWS: usize = 10_000_000;
+
+/// `n` flows must each be able to send a packet: at most the packets the
+/// trace will hold (the flows are built up front, so a count far beyond
+/// them would only cost memory), and at most [`MAX_FLOWS`].
+fn check_flows(config: &GenConfig, n: usize) -> Result<(), TraceError> {
+    if n == 0 {
+        return Err(TraceError::InvalidOption(
+            "--flows must be at least 1".into(),
+        ));
+    }
+    if n > MAX_FLOWS {
+        return Err(TraceError::InvalidOption(format!(
+            "--flows must be at most {MAX_FLOWS}, got {n}"
+        )));
+    }
+    let pps = config.nominal_pps() * config.speed;
+    let packets = (pps * config.duration_s).ceil().max(1.0);
+    if n as f64 > packets {
+        return Err(TraceError::InvalidOption(format!(
+            "--flows {n} is more than the {packets:.0} packets the trace holds \
+             ({pps:.0} pps for {} s): each flow must send at least one; ask for \
+             fewer flows, a longer duration or a higher rate",
+            config.duration_s
+        )));
+    }
+    Ok(())
 }
 
 /// The checked connection rate of `short-connections`; an error for any
@@ -481,23 +504,65 @@ pub fn build_frame(p: &GenPacket, buf: &mut [u8; 64]) -> usize {
     }
 }
 
-/// Generates the whole trace into a pcap stream; returns the packet count.
+/// Highest packet rate [`PcapJob`] writes: just above the line rate of
+/// 100 Gigabit Ethernet with minimum-size frames (148.8 Mpps). A faster
+/// request is a typo, and would write gigabytes a second.
+pub const MAX_FILE_PPS: f64 = 150e6;
+
+/// A pcap to generate, every option checked: made before the output is
+/// opened, so that a bad option never touches an existing file.
+pub struct PcapJob {
+    generator: Generator,
+    snaplen: u32,
+    precision: TimePrecision,
+}
+
+impl PcapJob {
+    /// Checks the options (the generator's, the snaplen, the packet rate
+    /// against [`MAX_FILE_PPS`]) and prepares the generator.
+    pub fn new(
+        config: &GenConfig,
+        snaplen: u32,
+        precision: TimePrecision,
+    ) -> Result<Self, TraceError> {
+        crate::write::check_snaplen(snaplen)?;
+        let pps = config.nominal_pps() * config.speed;
+        if pps > MAX_FILE_PPS {
+            return Err(TraceError::InvalidOption(format!(
+                "a packet rate of {pps:.0} pps is beyond the {MAX_FILE_PPS:.0} pps a trace \
+                 file may have (100 Gb/s of 64-byte frames)"
+            )));
+        }
+        Ok(Self {
+            generator: Generator::new(config)?,
+            snaplen,
+            precision,
+        })
+    }
+
+    /// Generates the whole trace into `out`; returns the packet count.
+    pub fn write<W: Write>(mut self, out: W) -> Result<u64, TraceError> {
+        let mut writer = PcapWriter::new(out, self.snaplen, self.precision)?;
+        let mut frame = [0u8; 64];
+        while let Some(batch) = self.generator.next_batch() {
+            for p in batch {
+                let n = build_frame(p, &mut frame);
+                writer.write_frame(p.timestamp_ns, &frame[..n], u32::from(p.wire_len))?;
+            }
+        }
+        let packets = writer.packets();
+        writer.finish()?;
+        Ok(packets)
+    }
+}
+
+/// Generates the whole trace into a pcap stream; returns the packet count
+/// ([`PcapJob`] in one call).
 pub fn write_pcap<W: Write>(
     config: &GenConfig,
     out: W,
     snaplen: u32,
     precision: TimePrecision,
 ) -> Result<u64, TraceError> {
-    let mut generator = Generator::new(config)?;
-    let mut writer = PcapWriter::new(out, snaplen, precision)?;
-    let mut frame = [0u8; 64];
-    while let Some(batch) = generator.next_batch() {
-        for p in batch {
-            let n = build_frame(p, &mut frame);
-            writer.write_frame(p.timestamp_ns, &frame[..n], u32::from(p.wire_len))?;
-        }
-    }
-    let packets = writer.packets();
-    writer.finish()?;
-    Ok(packets)
+    PcapJob::new(config, snaplen, precision)?.write(out)
 }

@@ -510,6 +510,18 @@ fn run_state(args: &BenchStateArgs) -> Result<(), CliError> {
         ring: args.ring,
         rounds: args.rounds,
     };
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if args.workers > cpus {
+        // The workers wait for the slowest (the ring bound): with more of
+        // them than CPUs they take turns, and the run lasts far longer
+        // than --seconds.
+        tracing::warn!(
+            workers = args.workers,
+            cpus,
+            "more workers than CPUs: the threads take turns, the run lasts much longer than \
+             --seconds and the rates say little"
+        );
+    }
     let start = Instant::now();
     let now = move || start.elapsed().as_nanos() as u64;
     let clocks = ReplayClocks {

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
@@ -15,9 +16,9 @@ use rsspp_sim::engine::EngineConfig;
 use rsspp_sim::policy::{PolicyConfig, POLICY_NAMES};
 use rsspp_sim::reframer::{ReframerConfig, BUFFER_US_RANGE};
 use rsspp_sim::run::RunConfig;
-use rsspp_sim::workload::{TraceSource, WorkloadConfig};
-use rsspp_sim::{report, Comparison, PolicySummary, SimError, SweepPoint};
-use rsspp_trace::Preset;
+use rsspp_sim::workload::{Spool, TraceSource, WorkloadConfig};
+use rsspp_sim::{report, Caveat, Comparison, PolicySummary, SimError, SweepPoint};
+use rsspp_trace::{Preset, TraceError};
 use serde::Serialize;
 
 use crate::atomic;
@@ -76,9 +77,18 @@ rsspp compare --policies rss,sprayer --sweep --out sweep.html\n\n\
 The HTML report (per-core load heatmaps, imbalance, latency CDF, drops, cores in use) is\n\
 self-contained: it opens offline in any browser.")]
 pub struct CompareArgs {
-    /// Replay this pcap/pcapng instead of a preset.
+    /// Replay this pcap/pcapng instead of a preset ('-' for standard input).
     #[arg(long, value_name = "FILE", conflicts_with = "preset")]
     trace: Option<PathBuf>,
+    /// --trace: replay the capture again, its timestamps shifted, as many
+    /// times as --duration needs (a short capture at a high load).
+    #[arg(long = "loop", requires = "trace")]
+    repeat: bool,
+    /// --trace: at a corrupt record before the end of the capture, replay
+    /// the packets before it (the rest is skipped and said) instead of
+    /// failing.
+    #[arg(long, requires = "trace")]
+    keep_partial: bool,
     /// Built-in workload.
     #[arg(long, value_enum, default_value = "campus4")]
     preset: PresetName,
@@ -252,6 +262,12 @@ pub fn run_compare(args: &CompareArgs) -> Result<(), CliError> {
         });
     }
     let source = match &args.trace {
+        // Standard input is kept in a temporary file: the pilot, the main
+        // run and the sweep each read the capture from its start.
+        Some(path) if path.as_os_str() == "-" => TraceSource::Spooled {
+            spool: Arc::new(Spool::from_reader(std::io::stdin().lock())?),
+            name: "standard input".into(),
+        },
         Some(path) => TraceSource::Pcap(path.clone()),
         None => TraceSource::Preset {
             preset: args.preset.into(),
@@ -261,6 +277,8 @@ pub fn run_compare(args: &CompareArgs) -> Result<(), CliError> {
     };
     let mut workload = WorkloadConfig::new(source, args.duration, args.speed.unwrap_or(1.0))?;
     workload.seed = args.seed;
+    workload.repeat = args.repeat;
+    workload.keep_partial = args.keep_partial;
     let mut engine = EngineConfig::default();
     engine.cost.clock_ghz = args.clock_ghz;
     engine.cost.work = args.work;
@@ -361,8 +379,12 @@ pub fn run_compare(args: &CompareArgs) -> Result<(), CliError> {
         if show_progress {
             show(p, count)
         }
-    })?;
+    })
+    .map_err(|e| compare_error(e, args.trace.as_deref()))?;
     let comparison = out.comparison;
+    for caveat in &comparison.caveats {
+        eprintln!("rsspp: warning: {caveat}");
+    }
     let mut stdout = std::io::stdout().lock();
     if args.json {
         let output = JsonOutput {
@@ -430,6 +452,35 @@ fn calibrate(
     Ok((name.to_string(), f.ns_per_packet))
 }
 
+/// The simulator's refusals that a flag of this command answers.
+fn compare_error(e: SimError, trace: Option<&Path>) -> CliError {
+    match e {
+        SimError::TraceFile {
+            path,
+            source: TraceError::Corrupt(record),
+        } => CliError::CorruptTrace {
+            path: match trace {
+                Some(p) if p.as_os_str() == "-" => "standard input".into(),
+                _ => path.display().to_string(),
+            },
+            record,
+        },
+        SimError::LoadUnreachable { covers_s, .. } => CliError::Invalid(format!(
+            "{e}; --loop replays the capture as often as needed, or ask for --duration {covers_s:.4} or use a longer capture"
+        )),
+        e => CliError::Sim(e),
+    }
+}
+
+/// A statistic, `n/a` when it had no sample.
+fn stat(x: f64, width: usize, decimals: usize) -> String {
+    if x.is_nan() {
+        format!("{:>width$}", "n/a")
+    } else {
+        format!("{x:>width$.decimals$}")
+    }
+}
+
 /// One step of the progress line on standard error.
 fn show(progress: Progress, policies: usize) {
     match progress {
@@ -483,7 +534,7 @@ fn print_sweep(out: &mut impl Write, sweep: &[SweepPoint]) -> std::io::Result<()
         ("packets dropped (%)", |s| {
             format!("{:.3}", s.drops as f64 * 100.0 / s.packets.max(1) as f64)
         }),
-        ("p95 latency (µs)", |s| format!("{:.1}", s.latency_p95_us)),
+        ("p95 latency (µs)", |s| stat(s.latency_p95_us, 0, 1)),
     ];
     for (what, cell) in tables {
         writeln!(out, "\nsweep: {what} by requested load")?;
@@ -513,10 +564,18 @@ fn print_table(
     speed: f64,
     packets: u64,
 ) -> std::io::Result<()> {
+    let ran_out = c.caveats.iter().find_map(|caveat| match caveat {
+        Caveat::TraceRanOut { at_s, .. } => Some(*at_s),
+        _ => None,
+    });
+    let time = match ran_out {
+        Some(at) => format!("{at:.3} s (the trace ran out; {:.1} s asked)", c.duration_s),
+        None => format!("{:.1} s", c.duration_s),
+    };
     writeln!(
         out,
-        "{} on {} cores, {:.1} s at speed {:.2} ({} packets)",
-        c.workload, c.cores, c.duration_s, speed, packets
+        "{} on {} cores, {time} at speed {:.2} ({} packets)",
+        c.workload, c.cores, speed, packets
     )?;
     writeln!(
         out,
@@ -537,18 +596,18 @@ fn print_table(
         let s = &p.summary;
         writeln!(
             out,
-            "{:<18} {:>10.1} {:>9.1} {:>9.1} {:>9.1} {:>10} {:>10} {:>10} {:>6.2} {:>6.2} {:>8.0}",
+            "{:<18} {} {} {} {} {:>10} {:>10} {:>10} {:>6.2} {} {}",
             p.name,
-            s.imbalance_median,
-            s.latency_p50_us,
-            s.latency_p95_us,
-            s.latency_p99_us,
+            stat(s.imbalance_median, 10, 1),
+            stat(s.latency_p50_us, 9, 1),
+            stat(s.latency_p95_us, 9, 1),
+            stat(s.latency_p99_us, 9, 1),
             s.drops,
             s.reordered,
             s.migrations,
             s.avg_cores,
-            s.avg_load,
-            s.cycles_per_packet
+            stat(s.avg_load, 6, 2),
+            stat(s.cycles_per_packet, 8, 0)
         )?;
     }
     Ok(())

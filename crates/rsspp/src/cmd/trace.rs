@@ -2,14 +2,17 @@
 
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Write};
+use std::path::Path;
 
 use clap::{Args, Subcommand, ValueEnum};
-use rsspp_trace::generate::write_pcap;
+use rsspp_trace::generate::PcapJob;
+use rsspp_trace::read::CorruptRecord;
 use rsspp_trace::stats::Cdf;
 use rsspp_trace::{
     analyse, GenConfig, Preset, StatsConfig, TimePrecision, TraceError, TraceReader, TraceReport,
 };
 
+use crate::atomic::AtomicFile;
 use crate::error::CliError;
 
 /// Arguments of `rsspp trace`.
@@ -116,6 +119,10 @@ pub struct StatsArgs {
     /// Heavy hitters to list.
     #[arg(long, default_value_t = 10, value_name = "N")]
     top: usize,
+    /// At a corrupt record before the end of the capture, keep the packets
+    /// read before it (the rest is skipped and counted) instead of failing.
+    #[arg(long)]
+    keep_partial: bool,
 }
 
 /// Runs `rsspp trace`.
@@ -129,6 +136,10 @@ pub fn run(args: &TraceArgs) -> Result<(), CliError> {
 fn trace_error(path: &str, source: TraceError) -> CliError {
     match source {
         TraceError::Write(e) if path == "-" => CliError::output(e),
+        TraceError::Corrupt(record) => CliError::CorruptTrace {
+            path: path.to_string(),
+            record,
+        },
         source => CliError::Trace {
             path: path.to_string(),
             source,
@@ -167,27 +178,22 @@ fn generate(args: &GenArgs) -> Result<(), CliError> {
         TimePrecision::Nano
     };
     let path = args.output.as_str();
+    // Every option is checked before the output is touched; a file is
+    // written next to its destination and renamed over it at the end, so
+    // an error half-way leaves the old file as it was.
+    let job = PcapJob::new(&config, args.snaplen, precision).map_err(|e| trace_error(path, e))?;
     let packets = if path == "-" {
         let stdout = std::io::stdout();
-        write_pcap(
-            &config,
-            BufWriter::with_capacity(1 << 20, stdout.lock()),
-            args.snaplen,
-            precision,
-        )
+        job.write(BufWriter::with_capacity(1 << 20, stdout.lock()))
+            .map_err(|e| trace_error(path, e))?
     } else {
-        let file = File::create(path).map_err(|source| CliError::Io {
-            path: path.to_string(),
-            source,
-        })?;
-        write_pcap(
-            &config,
-            BufWriter::with_capacity(1 << 20, file),
-            args.snaplen,
-            precision,
-        )
-    }
-    .map_err(|e| trace_error(path, e))?;
+        let mut file = AtomicFile::create(Path::new(path))?;
+        let packets = job
+            .write(BufWriter::with_capacity(1 << 20, &mut file))
+            .map_err(|e| trace_error(path, e))?;
+        file.commit()?;
+        packets
+    };
     tracing::info!(packets, path, "trace written");
     Ok(())
 }
@@ -204,22 +210,29 @@ fn stats(args: &StatsArgs) -> Result<(), CliError> {
         top: args.top,
     };
     let path = args.file.as_str();
+    let keep = args.keep_partial;
     let report = if path == "-" {
-        let mut reader = TraceReader::new(std::io::stdin()).map_err(|e| trace_error(path, e))?;
+        let mut reader = TraceReader::new(std::io::stdin())
+            .map_err(|e| trace_error(path, e))?
+            .keep_partial(keep);
         analyse(&mut reader, config)
     } else {
         let file = File::open(path).map_err(|source| CliError::Io {
             path: path.to_string(),
             source,
         })?;
-        let mut reader =
-            TraceReader::new(BufReader::new(file)).map_err(|e| trace_error(path, e))?;
+        let mut reader = TraceReader::new(BufReader::new(file))
+            .map_err(|e| trace_error(path, e))?
+            .keep_partial(keep);
         analyse(&mut reader, config)
     }
     .map_err(|e| trace_error(path, e))?;
-    if report.truncated_tail {
-        eprintln!("rsspp: warning: {path}: the last record is cut short (ignored)");
-    }
+    warn_partial(
+        path,
+        report.corrupt_record,
+        report.truncated_tail,
+        report.skipped_bytes,
+    );
     let mut out = std::io::stdout().lock();
     if args.json {
         serde_json::to_writer_pretty(&mut out, &report).map_err(|e| CliError::output(e.into()))?;
@@ -228,6 +241,20 @@ fn stats(args: &StatsArgs) -> Result<(), CliError> {
         print_report(&mut out, &report).map_err(CliError::output)?;
     }
     Ok(())
+}
+
+/// Says what a capture read with `--keep-partial` (or cut short) left out.
+pub fn warn_partial(path: &str, corrupt: Option<CorruptRecord>, truncated: bool, skipped: u64) {
+    if let Some(c) = corrupt {
+        eprintln!(
+            "rsspp: warning: {path}: {c}; kept the {} packets before it, skipped the remaining {skipped} bytes",
+            c.after_packets
+        );
+    } else if truncated {
+        eprintln!(
+            "rsspp: warning: {path}: the last record is cut short ({skipped} bytes left out)"
+        );
+    }
 }
 
 fn print_cdf(out: &mut impl Write, title: &str, unit: &str, cdf: &Cdf) -> std::io::Result<()> {
@@ -258,14 +285,21 @@ fn print_report(out: &mut impl Write, r: &TraceReport) -> std::io::Result<()> {
         "frames           {} IP, {} non-IP, {} malformed, {} fragments, {} VLAN-tagged",
         r.ip_packets, r.non_ip_packets, r.malformed_packets, r.fragments, r.vlan_tagged
     )?;
-    if r.skipped_records + r.inconsistent_lengths + r.out_of_order_timestamps > 0
+    if r.skipped_records + r.inconsistent_lengths + r.out_of_order_timestamps + r.skipped_bytes > 0
         || r.truncated_tail
     {
         writeln!(
             out,
-            "reader           {} skipped records, {} length fix-ups, {} out-of-order timestamps, truncated tail: {}",
-            r.skipped_records, r.inconsistent_lengths, r.out_of_order_timestamps, r.truncated_tail
+            "reader           {} skipped records, {} length fix-ups, {} out-of-order timestamps, truncated tail: {}, {} bytes skipped",
+            r.skipped_records,
+            r.inconsistent_lengths,
+            r.out_of_order_timestamps,
+            r.truncated_tail,
+            r.skipped_bytes
         )?;
+    }
+    if let Some(c) = &r.corrupt_record {
+        writeln!(out, "partial          read up to the {c}")?;
     }
     let a = &r.active_flows_per_s;
     let n = &r.new_flows_per_s;
