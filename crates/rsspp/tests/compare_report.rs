@@ -92,16 +92,16 @@ fn writes_the_report_and_json_with_the_issue_fields() {
 
     let html = fs::read_to_string(&out).unwrap();
     assert!(html.starts_with("<!DOCTYPE html>") && html.trim_end().ends_with("</html>"));
-    // The colour scale, a heatmap per policy, imbalance, CDF, tail, drops,
-    // cores.
-    assert_eq!(html.matches("<svg ").count(), 1 + 2 + 5);
+    // The colour scale, a heatmap per policy, imbalance, CDF, tail, drops;
+    // neither policy scales, so cores in use is a sentence, not a chart.
+    assert_eq!(html.matches("<svg ").count(), 1 + 2 + 4);
+    assert!(html.contains("No policy changed its number of cores"));
     for chart in [
         "per-core load over time, rss",
         "per-core load over time, sprayer",
         "imbalance per policy",
         "latency CDF per policy",
         "drops per policy",
-        "cores in use over time",
     ] {
         assert!(html.contains(&format!("aria-label=\"{chart}\"")), "{chart}");
     }
