@@ -191,7 +191,7 @@ impl Selector {
             .ok_or_else(|| AcceptError::Config("the program has no .rodata".into()))?;
         rodata.bucket_mask = (buckets - 1) as u32;
         open.maps
-            .accept_table
+            .rsspp_reta
             .set_max_entries(buckets as u32)
             .map_err(bpf("sizing the table"))?;
         open.maps
@@ -204,11 +204,11 @@ impl Selector {
             .map_err(bpf("sizing the socket array"))?;
         if let Some((table, key, _)) = &daemon {
             open.maps
-                .accept_table
+                .rsspp_reta
                 .reuse_fd(table.as_fd())
                 .map_err(bpf("sharing the daemon's table map"))?;
             open.maps
-                .accept_key
+                .rsspp_key
                 .reuse_fd(key.as_fd())
                 .map_err(bpf("sharing the daemon's key map"))?;
         }
@@ -226,7 +226,7 @@ impl Selector {
         if let TableSource::Own { key, .. } = source {
             let t = Toeplitz::new(key.clone());
             skel.maps
-                .accept_key
+                .rsspp_key
                 .update(&0u32.to_ne_bytes(), &t.table_ne_bytes(), MapFlags::ANY)
                 .map_err(bpf("writing the key table"))?;
             key_hasher = Some(t);
@@ -266,8 +266,7 @@ impl Selector {
                 what: "duplicating the program fd".into(),
                 source,
             })?;
-        let table =
-            MapHandle::try_from(&skel.maps.accept_table).map_err(bpf("taking the table"))?;
+        let table = MapHandle::try_from(&skel.maps.rsspp_reta).map_err(bpf("taking the table"))?;
         let counters =
             MapHandle::try_from(&skel.maps.accept_counters).map_err(bpf("taking the counters"))?;
         let selector = Selector {

@@ -7,13 +7,16 @@
  * bucket maps to:
  *
  *   bucket = Toeplitz(saddr, daddr, sport, dport) & bucket_mask
- *   cpu    = accept_table[bucket] & 0xffff
+ *   cpu    = rsspp_reta[bucket] & 0xffff
  *   socket = accept_socks[accept_workers[cpu] - 1]
  *
  * The table's entries have the layout of rsspp's XDP steering table (the
  * CPU in the low 16 bits; the daemon keeps a moving bucket's next CPU
  * above), so that the loader can hand this program either a table of its
- * own or the daemon's table map itself, with the daemon's key map.
+ * own or the daemon's table map itself, with the daemon's key map. The two
+ * maps carry the daemon's names (rsspp_reta, rsspp_key): libbpf renames a
+ * map whose fd it reuses after the map it reuses, and the skeleton finds
+ * its maps by name.
  *
  * Anything else (not IPv4, a CPU without a worker, a failed selection)
  * returns SK_PASS without a selection: the kernel then picks a listener by
@@ -38,7 +41,7 @@ struct {
 	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, struct key_table);
-} accept_key SEC(".maps");
+} rsspp_key SEC(".maps");
 
 /* bucket -> CPU (low 16 bits). Sized by the loader. */
 struct {
@@ -46,7 +49,7 @@ struct {
 	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, __u32);
-} accept_table SEC(".maps");
+} rsspp_reta SEC(".maps");
 
 /* CPU -> its listener's index in accept_socks, plus one (0: none). Sized by
  * the loader to the possible CPUs. */
@@ -100,12 +103,12 @@ int rsspp_select(struct sk_reuseport_md *ctx)
 	/* The ports: the TCP header is where ctx->data points. */
 	if (bpf_skb_load_bytes(ctx, 0, in + 8, 4))
 		return pass(SELECT_NOT_IPV4);
-	key = bpf_map_lookup_elem(&accept_key, &zero);
+	key = bpf_map_lookup_elem(&rsspp_key, &zero);
 	if (!key)
 		return pass(SELECT_FAILED);
 	h = toeplitz_run(key, in, 0, 12);
 	bucket = h & bucket_mask;
-	entry = bpf_map_lookup_elem(&accept_table, &bucket);
+	entry = bpf_map_lookup_elem(&rsspp_reta, &bucket);
 	if (!entry)
 		return pass(SELECT_NO_WORKER);
 	index = *entry & 0xffff;
