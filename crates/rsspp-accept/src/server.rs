@@ -339,6 +339,9 @@ fn monitor(
         .and_then(|t| IndirectionTable::from_entries(t, cores).ok());
     let mut last_busy = vec![0u64; n];
     let mut last_round = Instant::now();
+    // Rounds the controller does not run (no steal reports) still end a
+    // round of reports: the next one is one interval later.
+    let mut next_round = control.interval();
     while !shared.stop.load(Ordering::Relaxed) {
         std::thread::sleep(SAMPLE);
         for (i, l) in shared.listeners.iter().enumerate() {
@@ -352,9 +355,10 @@ fn monitor(
             q.busy.store(meters[i].busy(), Ordering::Relaxed);
         }
         let now = start.elapsed();
-        if !shared.stealing || !control.is_due(now) {
+        if !shared.stealing || now < next_round || !control.is_due(now) {
             continue;
         }
+        next_round = now + control.interval();
         shared.round.fetch_add(1, Ordering::Relaxed);
         let interval = last_round.elapsed();
         last_round = Instant::now();

@@ -46,7 +46,7 @@ fn upper(i: usize) -> u64 {
     let m = (i >> SUB_BITS) as u32 + SUB_BITS - 1;
     let sub = (i & (SUB - 1)) as u64;
     let low = (SUB as u64 + sub) << (m - SUB_BITS);
-    low + (1u64 << (m - SUB_BITS)) - 1
+    low.saturating_add((1u64 << (m - SUB_BITS)) - 1)
 }
 
 impl Histogram {
