@@ -100,19 +100,21 @@ impl Pair {
         pair
     }
 
-    fn spawn(&self, ns: &str, args: &[&str]) -> Child {
-        Command::new("ip")
-            .args(["netns", "exec", ns, RSSPP])
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
+    fn spawn(&self, ns: &str, args: &[&str]) -> Proc {
+        Proc(Some(
+            Command::new("ip")
+                .args(["netns", "exec", ns, RSSPP])
+                .args(args)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        ))
     }
 
     /// `rsspp run` on veth1, software steering over CPUs 0 and 1, the
     /// table kept still (--no-balance); waits until attached.
-    fn daemon(&self, seconds: u32) -> Child {
+    fn daemon(&self, seconds: u32) -> Proc {
         let child = self.spawn(
             &self.srv,
             &[
@@ -140,7 +142,7 @@ impl Pair {
         }
     }
 
-    fn server(&self, args: &[&str], seconds: f64) -> Child {
+    fn server(&self, args: &[&str], seconds: f64) -> Proc {
         let listen = format!("{SERVER}:8080");
         let seconds = seconds.to_string();
         let mut all = vec![
@@ -164,6 +166,26 @@ impl Pair {
             std::thread::sleep(Duration::from_millis(100));
         }
         child
+    }
+}
+
+/// A child process, stopped (SIGTERM) and waited for if dropped.
+struct Proc(Option<Child>);
+
+impl Proc {
+    /// Waits for it to exit by itself.
+    fn finish(mut self) -> std::process::Output {
+        self.0.take().unwrap().wait_with_output().unwrap()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            // SAFETY: kill on our own child's pid.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let _ = child.wait();
+        }
     }
 }
 
@@ -319,8 +341,8 @@ fn load(ns: &str, threads: usize, cpus: &[usize], conns: usize, reqs: usize) -> 
     })
 }
 
-fn summary(child: Child) -> Value {
-    let out = child.wait_with_output().unwrap();
+fn summary(server: Proc) -> Value {
+    let out = server.finish();
     assert!(
         out.status.success(),
         "rsspp serve failed: {}",
@@ -339,7 +361,7 @@ fn accepted(s: &Value, worker: usize) -> u64 {
 /// server's summary and what the client saw.
 fn locality(affinity: &str) -> (Value, Seen) {
     let pair = Pair::new();
-    let mut daemon = pair.daemon(30);
+    let daemon = pair.daemon(30);
     let mut args = vec!["--affinity", affinity, "--work-us", "20"];
     if affinity == "on" {
         args.extend(["--iface", "veth1"]);
@@ -349,9 +371,8 @@ fn locality(affinity: &str) -> (Value, Seen) {
     // connections x 5 requests, all sent from CPU 0.
     let seen = load(&pair.cli, 4, &[0], 60, 5);
     let s = summary(server);
-    // SAFETY: kill on our own child.
-    unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
-    let _ = daemon.wait();
+    // SIGTERM: the daemon detaches before the namespaces go.
+    drop(daemon);
     (s, seen)
 }
 
