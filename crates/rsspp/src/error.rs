@@ -156,6 +156,9 @@ pub enum CliError {
     /// `rsspp nf` could not start or run.
     #[error(transparent)]
     Runtime(#[from] rsspp_runtime::RuntimeError),
+    /// `rsspp serve` could not start or run.
+    #[error(transparent)]
+    Accept(#[from] rsspp_accept::AcceptError),
 }
 
 impl CliError {

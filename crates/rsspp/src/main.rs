@@ -49,6 +49,10 @@ enum Command {
     /// spread per RSS bucket by an eBPF fanout program, the per-flow state
     /// moving with its bucket as RSS++ rebalances (AF_PACKET).
     Nf(cmd::nf::NfArgs),
+    /// A small HTTP/1.1 server with Affinity-Accept on stock Linux: one
+    /// listener and pinned worker per CPU, an sk_reuseport program putting
+    /// each connection on its bucket's CPU, busy cores' connections stolen.
+    Serve(cmd::serve::ServeArgs),
     /// Live view of a running daemon (`rsspp run`): per-CPU load as a
     /// heatmap over time, packet rates, imbalance ((max − min) / min of the
     /// per-CPU packet rates, in percent), and the current table.
@@ -123,7 +127,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(
         cli.verbose,
-        matches!(cli.command, Command::Run(_) | Command::Nf(_)),
+        matches!(
+            cli.command,
+            Command::Run(_) | Command::Nf(_) | Command::Serve(_)
+        ),
     );
     let result: Result<(), CliError> = match &cli.command {
         Command::Demo(args) => cmd::demo::run(args),
@@ -135,6 +142,7 @@ fn main() -> ExitCode {
         Command::Top(args) => cmd::top::run(args),
         Command::Run(args) => cmd::run::run(args),
         Command::Nf(args) => cmd::nf::run(args),
+        Command::Serve(args) => cmd::serve::run(args),
         Command::Nic(args) => cmd::nic::run(args),
         Command::Status(args) => cmd::status::status(args),
         Command::Detach(args) => cmd::status::detach(args),

@@ -36,11 +36,14 @@ pub enum Status {
     BecameNonBusy,
 }
 
-/// One core's accept queue.
+/// The busy status of one accept queue (§3.3.1), from its length: busy as
+/// soon as the length exceeds the high watermark (75% of the capacity),
+/// non-busy once an EWMA of the length falls under the low one (10%). The
+/// simulator's [`AcceptQueue`] observes its length at each addition, as the
+/// paper does; a data path whose queues live in the kernel observes them
+/// when it samples them.
 #[derive(Debug, Clone)]
-pub struct AcceptQueue<P> {
-    waiting: VecDeque<Waiting<P>>,
-    capacity: usize,
+pub struct BusyMeter {
     high: f64,
     low: f64,
     /// EWMA weight: one over twice the queue's capacity, so the average
@@ -50,17 +53,77 @@ pub struct AcceptQueue<P> {
     busy: bool,
 }
 
+impl BusyMeter {
+    /// For a queue of `capacity` (≥ 1) connections, non-busy.
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            high: HIGH_WATERMARK * capacity as f64,
+            low: LOW_WATERMARK * capacity as f64,
+            alpha: 1.0 / (2.0 * capacity as f64),
+            average: 0.0,
+            busy: false,
+        }
+    }
+
+    /// Whether the queue is marked busy.
+    pub fn busy(&self) -> bool {
+        self.busy
+    }
+
+    /// The running average of the observed lengths.
+    pub fn average(&self) -> f64 {
+        self.average
+    }
+
+    /// Takes one observation of the queue's length and updates the status.
+    pub fn observe(&mut self, len: usize) -> Status {
+        let len = len as f64;
+        self.average += self.alpha * (len - self.average);
+        if !self.busy && len > self.high {
+            self.busy = true;
+            Status::BecameBusy
+        } else if self.busy && self.average < self.low {
+            self.busy = false;
+            Status::BecameNonBusy
+        } else {
+            Status::Same
+        }
+    }
+}
+
+/// What a stealing core needs to know of another core's accept queue.
+pub trait QueueView {
+    /// Whether the core is marked busy.
+    fn busy(&self) -> bool;
+    /// Whether a connection waits.
+    fn waiting(&self) -> bool;
+}
+
+/// One core's accept queue.
+#[derive(Debug, Clone)]
+pub struct AcceptQueue<P> {
+    waiting: VecDeque<Waiting<P>>,
+    capacity: usize,
+    meter: BusyMeter,
+}
+
+impl<P> QueueView for AcceptQueue<P> {
+    fn busy(&self) -> bool {
+        self.meter.busy()
+    }
+
+    fn waiting(&self) -> bool {
+        !self.waiting.is_empty()
+    }
+}
+
 impl<P> AcceptQueue<P> {
     /// An empty queue of `capacity` (≥ 1) connections.
     pub fn new(capacity: usize) -> Self {
         Self {
             waiting: VecDeque::with_capacity(capacity),
             capacity,
-            high: HIGH_WATERMARK * capacity as f64,
-            low: LOW_WATERMARK * capacity as f64,
-            alpha: 1.0 / (2.0 * capacity as f64),
-            average: 0.0,
-            busy: false,
+            meter: BusyMeter::new(capacity),
         }
     }
 
@@ -76,7 +139,7 @@ impl<P> AcceptQueue<P> {
 
     /// Whether the core is marked busy.
     pub fn busy(&self) -> bool {
-        self.busy
+        self.meter.busy()
     }
 
     /// Queues a connection (the caller checked [`Self::is_full`]) and
@@ -86,17 +149,7 @@ impl<P> AcceptQueue<P> {
     pub fn push(&mut self, w: Waiting<P>) -> Status {
         debug_assert!(!self.is_full());
         self.waiting.push_back(w);
-        let len = self.waiting.len() as f64;
-        self.average += self.alpha * (len - self.average);
-        if !self.busy && len > self.high {
-            self.busy = true;
-            Status::BecameBusy
-        } else if self.busy && self.average < self.low {
-            self.busy = false;
-            Status::BecameNonBusy
-        } else {
-            Status::Same
-        }
+        self.meter.observe(self.waiting.len())
     }
 
     /// The oldest waiting connection.
@@ -128,22 +181,30 @@ impl Stealer {
 
     /// The next busy core after the last victim (in core order, wrapping)
     /// with a connection waiting, other than `me`.
-    pub fn next_victim<P>(&self, me: usize, queues: &[AcceptQueue<P>]) -> Option<usize> {
+    pub fn next_victim<Q: QueueView>(&self, me: usize, queues: &[Q]) -> Option<usize> {
         let n = queues.len();
         (1..=n)
             .map(|i| (self.last_victim + i) % n)
-            .find(|&v| v != me && queues[v].busy() && !queues[v].is_empty())
+            .find(|&v| v != me && queues[v].busy() && queues[v].waiting())
     }
 
     /// Where an idle core looks: a busy core first, then any other core
     /// with a connection waiting (the paper's polling rule).
-    pub fn next_victim_when_idle<P>(&self, me: usize, queues: &[AcceptQueue<P>]) -> Option<usize> {
+    pub fn next_victim_when_idle<Q: QueueView>(&self, me: usize, queues: &[Q]) -> Option<usize> {
         let n = queues.len();
         self.next_victim(me, queues).or_else(|| {
             (1..=n)
                 .map(|i| (self.last_victim + i) % n)
-                .find(|&v| v != me && !queues[v].is_empty())
+                .find(|&v| v != me && queues[v].waiting())
         })
+    }
+
+    /// Records a local accept; true when the next connection should be a
+    /// remote one if a busy core has one waiting ([`LOCAL_PER_REMOTE`]
+    /// local ones since the last steal).
+    pub fn accepted_local(&mut self) -> bool {
+        self.local_run = self.local_run.saturating_add(1);
+        self.local_run >= LOCAL_PER_REMOTE
     }
 
     /// Records a steal from `victim`.

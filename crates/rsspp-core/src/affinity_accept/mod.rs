@@ -10,7 +10,8 @@
 //! connections and the application loop and calls these; `P` is its packet
 //! type, time is passed in, in nanoseconds.
 //!
-//! - [`accept`]: [`AcceptQueue`], [`Stealer`].
+//! - [`accept`]: [`AcceptQueue`], [`BusyMeter`] (the status alone, for
+//!   queues kept elsewhere, such as the kernel's), [`Stealer`].
 //! - [`flow_groups`]: [`FlowGroups`] (the NIC side).
 //! - [`lists`]: [`Lists`], [`List`].
 
@@ -18,7 +19,7 @@ pub mod accept;
 pub mod flow_groups;
 pub mod lists;
 
-pub use accept::{AcceptQueue, Status, Stealer, Waiting, LOCAL_PER_REMOTE};
+pub use accept::{AcceptQueue, BusyMeter, QueueView, Status, Stealer, Waiting, LOCAL_PER_REMOTE};
 pub use flow_groups::{FlowGroups, Received};
 pub use lists::{List, Lists};
 

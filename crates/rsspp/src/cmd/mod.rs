@@ -9,6 +9,7 @@ pub mod hash;
 pub mod nf;
 pub mod nic;
 pub mod run;
+pub mod serve;
 pub mod status;
 pub mod top;
 pub mod trace;
