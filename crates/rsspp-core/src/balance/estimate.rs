@@ -104,7 +104,9 @@ pub fn estimate_with_fixed(
             if core_packets[c] == 0 {
                 core_demand[c]
             } else {
-                fixed_packets.get(c).map_or(0.0, |&p| p as f64 * per_packet[c])
+                fixed_packets
+                    .get(c)
+                    .map_or(0.0, |&p| p as f64 * per_packet[c])
             }
         })
         .collect();
@@ -145,7 +147,7 @@ mod tests {
         let mut packets = vec![0u64; 64];
         packets[0] = 300; // core 0
         packets[1] = 100; // core 1
-        // Core 0 also steered 100 packets of an overridden flow.
+                          // Core 0 also steered 100 packets of an overridden flow.
         let e = estimate_with_fixed(&t, &packets, &[0.8, 0.2], &[100, 0], 0.99);
         assert!((e.bucket_load[0] - 0.6).abs() < 1e-12);
         assert!((e.fixed_load[0] - 0.2).abs() < 1e-12);

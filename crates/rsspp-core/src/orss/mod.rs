@@ -20,6 +20,6 @@ pub mod overrides;
 pub use balancer::{asi, Balancer, BalancerParams, FlowLoad, Move, Plan};
 pub use load::FlowLoads;
 pub use overrides::{
-    Free, FlowCount, FlowMove, OverrideConfig, OverrideCount, OverridePlan, Overrides, RoundInput,
+    FlowCount, FlowMove, Free, OverrideConfig, OverrideCount, OverridePlan, Overrides, RoundInput,
     Split,
 };

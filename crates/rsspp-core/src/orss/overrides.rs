@@ -95,7 +95,10 @@ impl OverrideConfig {
         }
         let share = |x: f64| x.is_finite() && x > 0.0 && x <= 1.0;
         if !share(self.hot_share) || !share(self.elephant_share) || self.max_hot == 0 {
-            return bad(Setting::ElephantDetection, "hot and elephant shares in (0, 1]");
+            return bad(
+                Setting::ElephantDetection,
+                "hot and elephant shares in (0, 1]",
+            );
         }
         if self.idle_rounds == 0 || self.max_elephants == 0 {
             return bad(
@@ -370,14 +373,16 @@ impl<K: Copy + Eq + Hash> Overrides<K> {
             }
             t.idle = if o.packets == 0 { t.idle + 1 } else { 0 };
             settled.insert(slot, o.settled);
-            self.loads.add(slot, o.packets.min(u64::from(u32::MAX)) as u32);
+            self.loads
+                .add(slot, o.packets.min(u64::from(u32::MAX)) as u32);
         }
         for c in input.counted {
             if c.packets == 0 || self.core_of(&c.key).is_some() {
                 continue;
             }
             if let Some(slot) = self.track(c.key, c.bucket) {
-                self.loads.add(slot, c.packets.min(u64::from(u32::MAX)) as u32);
+                self.loads
+                    .add(slot, c.packets.min(u64::from(u32::MAX)) as u32);
             }
         }
         self.estimates.clear();
@@ -489,12 +494,19 @@ impl<K: Copy + Eq + Hash> Overrides<K> {
                 .then(b.load.total_cmp(&a.load))
                 .then(a.flow.cmp(&b.flow))
         });
-        flows.truncate(self.config.max_elephants.max(
-            flows
-                .iter()
-                .filter(|f| self.slots[f.flow as usize].as_ref().and_then(|t| t.core).is_some())
-                .count(),
-        ));
+        flows.truncate(
+            self.config.max_elephants.max(
+                flows
+                    .iter()
+                    .filter(|f| {
+                        self.slots[f.flow as usize]
+                            .as_ref()
+                            .and_then(|t| t.core)
+                            .is_some()
+                    })
+                    .count(),
+            ),
+        );
         plan.elephants = flows.len();
         let balanced = self.balancer.round(cores, &flows);
         plan.bounces_prevented = balanced.bounces_prevented;
@@ -589,11 +601,7 @@ mod tests {
                 .keys()
                 .map(|&k| OverrideCount {
                     key: k,
-                    packets: self
-                        .flows
-                        .iter()
-                        .find(|f| f.0 == k)
-                        .map_or(0, |f| f.2),
+                    packets: self.flows.iter().find(|f| f.0 == k).map_or(0, |f| f.2),
                     settled: true,
                 })
                 .collect();
@@ -643,7 +651,10 @@ mod tests {
         // never counted (their buckets are not hot).
         for _ in 0..50 {
             let p = sim.step(&mut o);
-            assert!(p.add.is_empty() && p.moves.is_empty() && p.free.is_empty(), "{p:?}");
+            assert!(
+                p.add.is_empty() && p.moves.is_empty() && p.free.is_empty(),
+                "{p:?}"
+            );
             assert_eq!(p.hot, vec![0], "the other elephant's bucket stays hot");
         }
         assert_eq!(o.moved_total(), 1);
@@ -774,7 +785,10 @@ mod tests {
         for _ in 0..80 {
             let p = sim.step(&mut o);
             for m in p.add.iter().chain(&p.moves) {
-                history.entry(m.key).or_insert_with(|| vec![m.from]).push(m.to);
+                history
+                    .entry(m.key)
+                    .or_insert_with(|| vec![m.from])
+                    .push(m.to);
             }
             moves_by_round.push(p.add.len() + p.moves.len());
         }
