@@ -284,7 +284,7 @@ pub struct Daemon<D: DataPath, B: BusyClock> {
     rounds: u64,
     churn_rng: SplitMix64,
     /// The override controller, while the data path has overrides.
-    overrides: Option<Overrides<FlowInput>>,
+    overrides: Option<Box<Overrides<FlowInput>>>,
     counted: Vec<FlowCount<FlowInput>>,
     overridden: Vec<OverrideCount<FlowInput>>,
 }
@@ -423,7 +423,7 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
             Some(c) if config.balance => datapath
                 .flow_counts(now, &mut counted, &mut overridden)
                 .map_err(DaemonError::Counters)?
-                .then(|| Overrides::new(c)),
+                .then(|| Box::new(Overrides::new(c))),
             _ => None,
         };
         Ok(Self {
@@ -453,12 +453,12 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
 
     /// Per-flow overrides in use; `None` without overrides.
     pub fn overrides_in_use(&self) -> Option<usize> {
-        self.overrides.as_ref().map(Overrides::in_use)
+        self.overrides.as_deref().map(Overrides::in_use)
     }
 
     /// Flows given an override or moved since the start.
     pub fn elephants_moved(&self) -> u64 {
-        self.overrides.as_ref().map_or(0, Overrides::moved_total)
+        self.overrides.as_deref().map_or(0, Overrides::moved_total)
     }
 
     /// When the next round is due.

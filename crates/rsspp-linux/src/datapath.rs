@@ -35,7 +35,7 @@ pub struct SoftwarePath {
     /// The time of the round under way (from [`DataPath::settle`]).
     now: Duration,
     /// Per-flow overrides, when loaded with slots for them.
-    flows: Option<FlowSide>,
+    flows: Option<Box<FlowSide>>,
 }
 
 /// The software path's side of per-flow overrides: which flow holds which
@@ -97,7 +97,7 @@ impl SoftwarePath {
             .as_ref()
             .map(|h| Handoffs::new(slots, h.timeout()));
         let buckets = self.xdp.reta_size();
-        self.flows = Some(FlowSide {
+        self.flows = Some(Box::new(FlowSide {
             toeplitz: Toeplitz::new(key),
             slots: vec![None; slots],
             slot_of: HashMap::new(),
@@ -109,7 +109,7 @@ impl SoftwarePath {
             flags: vec![0; buckets],
             overrides_in: vec![0; buckets],
             taken: Vec::new(),
-        });
+        }));
         self
     }
 

@@ -708,6 +708,9 @@ fn start_hardware(
     started: Instant,
 ) -> Result<Daemon<HardwarePath<Ethtool>, Clock>, ServiceError> {
     let iface = &config.iface;
+    if config.elephants.is_some() && config.balance {
+        info!(iface = %iface, "per-flow overrides (--elephants) are software mode's: in hardware mode they would be the NIC's ntuple rules (ETHTOOL_SRXCLSRLINS), which rsspp does not write yet; balancing buckets only");
+    }
     let mut nic = Ethtool::open(iface)?.context(context)?;
     info!(iface = %iface, context, "the NIC's table is read and written through {}", nic.interface());
     let rss = nic.rss()?;
