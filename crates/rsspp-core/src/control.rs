@@ -21,7 +21,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::balance::{
-    rebalance_pinned, BalanceConfig, BalanceError, BalanceOutcome, LoadReport, ScalingAction,
+    rebalance_with_fixed, BalanceConfig, BalanceError, BalanceOutcome, LoadReport, ScalingAction,
     Setting,
 };
 use crate::measure::imbalance_ratio;
@@ -158,6 +158,9 @@ pub struct ControlLoop {
     moved_at: Vec<Option<Duration>>,
     /// Buckets the next tick must not move (see [`ControlLoop::hold`]).
     held: Vec<usize>,
+    /// Packets per core that no bucket carried (see
+    /// [`ControlLoop::fix_packets`]).
+    fixed: Vec<u64>,
 }
 
 impl ControlLoop {
@@ -172,7 +175,18 @@ impl ControlLoop {
             pending: None,
             moved_at: Vec::new(),
             held: Vec::new(),
+            fixed: Vec::new(),
         }
+    }
+
+    /// In the next tick (only), core `c` also received `packets[c]`
+    /// packets that no bucket carries — flows steered on their own by
+    /// per-flow overrides ([`crate::orss::overrides`]), which the caller
+    /// took out of their buckets' counts: their load stays on the core, and
+    /// the buckets are spread around it.
+    pub fn fix_packets(&mut self, packets: &[u64]) {
+        self.fixed.clear();
+        self.fixed.extend_from_slice(packets);
     }
 
     /// Keeps `buckets` where they are in the next tick (only): the data
@@ -262,7 +276,8 @@ impl ControlLoop {
                 }
             }
         }
-        let mut outcome = rebalance_pinned(&report, &self.config.balance, &pinned)?;
+        let fixed = std::mem::take(&mut self.fixed);
+        let mut outcome = rebalance_with_fixed(&report, &self.config.balance, &pinned, &fixed)?;
         let active = table.cores_in_use();
         let loads: Vec<f64> = active.iter().map(|&c| outcome.load_before[c]).collect();
         let average_load = loads.iter().sum::<f64>() / loads.len().max(1) as f64;
@@ -593,6 +608,37 @@ mod tests {
             .tick(Duration::from_millis(1100), &table, &p, &l)
             .unwrap();
         assert_eq!(t.pinned, 0);
+    }
+
+    #[test]
+    fn fixed_packets_keep_their_load_on_their_core() {
+        // Buckets even out (0.2 each side), but core 0 also carries a flow
+        // steered on its own of as much again: the buckets must make room.
+        let table = IndirectionTable::equal(64, 2).unwrap();
+        let mut ctl = ControlLoop::new(ControlConfig::default());
+        let demand = vec![0.2 / 32.0; 64];
+        let (p, _) = measure(&table, &demand, 2);
+        let per_core: u64 = p.iter().step_by(2).sum();
+        let loads = [0.4, 0.2];
+        let even = ctl.tick(Duration::ZERO, &table, &p, &loads).unwrap();
+        // Without the fixed packets, core 0's load is its buckets'.
+        assert!(even.outcome.load_before[0] > 0.39);
+        if !even.outcome.plan.is_empty() {
+            ctl.abandon(Duration::ZERO).unwrap();
+        }
+        ctl.fix_packets(&[per_core, 0]);
+        let t = ctl
+            .tick(Duration::from_millis(100), &table, &p, &loads)
+            .unwrap();
+        assert!(t.outcome.plan.moves.iter().all(|m| m.from == 0));
+        let after = &t.outcome.load_after;
+        assert!((after[0] - after[1]).abs() < 0.05, "{after:?}");
+        // The flow's 0.2 stayed on core 0: half the buckets' load went.
+        let moved: usize = t.outcome.plan.moves.len();
+        assert!((14..=18).contains(&moved), "{moved}");
+        ctl.commit().unwrap();
+        // Fixed for that tick only.
+        assert!(ctl.fixed.is_empty());
     }
 
     #[test]

@@ -140,6 +140,7 @@ pub fn measure(
         load: LoadModel::ByPackets,
         churn: 0,
         churn_seed: 1,
+        elephants: None,
     };
     let interval = config.control.interval;
     let mut daemon = Daemon::start(config, path, clock, Duration::ZERO)?;

@@ -12,12 +12,14 @@ use std::time::{Duration, Instant};
 use rsspp_core::control::ControlError;
 use rsspp_core::handoff::HandoffTotals;
 use rsspp_core::measure::{imbalance_ratio, load_from_busy};
+use rsspp_core::orss::{FlowCount, OverrideConfig, OverrideCount, Overrides, RoundInput};
 use rsspp_core::rand::SplitMix64;
 use rsspp_core::reta::RetaError;
 use rsspp_core::{ControlConfig, ControlLoop, IndirectionTable, MigrationPlan, ScalingAction};
 use tracing::{debug, info};
 
 use crate::cpu::{BusyClock, CpuError};
+use crate::xdp::FlowInput;
 
 /// Where packets are counted and steered: the XDP program's maps (software
 /// mode) or the XDP counters plus the NIC's table (hardware mode).
@@ -66,6 +68,49 @@ pub trait DataPath {
         out.fill(0);
         Ok(())
     }
+
+    /// Per-flow overrides: the flows of the hot buckets counted since the
+    /// last call (`counted`, with their buckets), and every overridden
+    /// flow's packets since then and whether its override is settled
+    /// (`overridden`: moves of overrides that drained, or waited too long,
+    /// are completed first, at `now`). `false` (the default): the data path
+    /// has no per-flow overrides.
+    fn flow_counts(
+        &mut self,
+        _now: Duration,
+        _counted: &mut Vec<FlowCount<FlowInput>>,
+        _overridden: &mut Vec<OverrideCount<FlowInput>>,
+    ) -> Result<bool, Self::Error> {
+        Ok(false)
+    }
+
+    /// Applies a round of the override controller: counts per flow in the
+    /// `hot` buckets only, steers each flow of `moves` from its `from`
+    /// target to its `to` (in order, as buckets move), deletes the
+    /// overrides of `free`.
+    fn write_overrides(
+        &mut self,
+        _hot: &[usize],
+        _moves: &[FlowTarget],
+        _free: &[FlowInput],
+    ) -> Result<(), Self::Error> {
+        Ok(())
+    }
+}
+
+/// A flow to steer on its own, in targets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlowTarget {
+    /// The flow.
+    pub flow: FlowInput,
+    /// Its bucket.
+    pub bucket: usize,
+    /// The target it is on now.
+    pub from: u32,
+    /// The target it goes to.
+    pub to: u32,
+    /// It has no override yet.
+    pub new: bool,
 }
 
 /// The moves of a data path still under way, and how the others ended.
@@ -151,6 +196,9 @@ pub struct DaemonConfig {
     pub churn: usize,
     /// Seed of the churn's random choices.
     pub churn_seed: u64,
+    /// Per-flow overrides of the table (elephants inside buckets), where the
+    /// data path has them; `None`: buckets only.
+    pub elephants: Option<OverrideConfig>,
 }
 
 /// How the daemon turns busy time into each target's load.
@@ -198,6 +246,8 @@ pub struct Round {
     pub imbalance: f64,
     /// Buckets moved, in the order of the plan.
     pub moves: Vec<Move>,
+    /// Flows given an override or moved by it this round.
+    pub flows_moved: Vec<FlowTarget>,
     /// Scaling decision.
     pub scaling: ScalingAction,
     /// Time the rebalancer took (0 with balancing off).
@@ -233,6 +283,10 @@ pub struct Daemon<D: DataPath, B: BusyClock> {
     migrations: u64,
     rounds: u64,
     churn_rng: SplitMix64,
+    /// The override controller, while the data path has overrides.
+    overrides: Option<Box<Overrides<FlowInput>>>,
+    counted: Vec<FlowCount<FlowInput>>,
+    overridden: Vec<OverrideCount<FlowInput>>,
 }
 
 /// The moves grouped by CPU pair, most first: "0->1 x3, 2->1 x1".
@@ -363,6 +417,15 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
         clock.busy_ns(cpus, &mut last_busy)?;
         let interval = config.control.interval;
         let config_seed = config.churn_seed;
+        let mut counted = Vec::new();
+        let mut overridden = Vec::new();
+        let overrides = match config.elephants {
+            Some(c) if config.balance => datapath
+                .flow_counts(now, &mut counted, &mut overridden)
+                .map_err(DaemonError::Counters)?
+                .then(|| Box::new(Overrides::new(c))),
+            _ => None,
+        };
         Ok(Self {
             control: ControlLoop::new(config.control),
             config,
@@ -382,7 +445,20 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
             migrations: 0,
             rounds: 0,
             churn_rng: SplitMix64::new(config_seed),
+            overrides,
+            counted,
+            overridden,
         })
+    }
+
+    /// Per-flow overrides in use; `None` without overrides.
+    pub fn overrides_in_use(&self) -> Option<usize> {
+        self.overrides.as_deref().map(Overrides::in_use)
+    }
+
+    /// Flows given an override or moved since the start.
+    pub fn elephants_moved(&self) -> u64 {
+        self.overrides.as_deref().map_or(0, Overrides::moved_total)
     }
 
     /// When the next round is due.
@@ -535,6 +611,13 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
         let cpus = self.datapath.serving_cpus().unwrap_or(&self.config.targets);
         self.clock.busy_ns(cpus, &mut busy)?;
         self.settlement = self.datapath.settle(now).map_err(DaemonError::DataPath)?;
+        self.counted.clear();
+        self.overridden.clear();
+        if self.overrides.is_some() {
+            self.datapath
+                .flow_counts(now, &mut self.counted, &mut self.overridden)
+                .map_err(DaemonError::Counters)?;
+        }
         if let Some(table) = self.settlement.foreign_table.take() {
             self.follow_foreign_table(now, &table);
         }
@@ -545,11 +628,12 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
             .zip(&self.last_buckets)
             .map(|(&a, &b)| delta(a, b))
             .collect();
-        let pps: Vec<f64> = targets
+        let targets_delta: Vec<u64> = targets
             .iter()
             .zip(&self.last_targets)
-            .map(|(&a, &b)| delta(a, b) as f64 / seconds)
+            .map(|(&a, &b)| delta(a, b))
             .collect();
+        let pps: Vec<f64> = targets_delta.iter().map(|&d| d as f64 / seconds).collect();
         let busy_load: Vec<f64> = busy
             .iter()
             .zip(&self.last_busy)
@@ -597,14 +681,26 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
         let mut scaling = ScalingAction::None;
         let mut solve = Duration::ZERO;
         let mut churned = 0;
+        let mut flows_moved = Vec::new();
         if self.config.balance && !paused {
             let started = Instant::now();
             self.control.hold(&self.settlement.held);
+            // Overridden flows are no bucket's: their packets are load fixed
+            // to their targets.
+            let split = self
+                .overrides
+                .as_ref()
+                .map(|o| o.split(&bucket_packets, &self.overridden, n));
+            if let Some(split) = &split {
+                self.control.fix_packets(&split.fixed_packets);
+            }
+            let counts = split
+                .as_ref()
+                .map_or(&bucket_packets, |s| &s.bucket_packets);
             let tick = self
                 .control
-                .tick(now, &self.table, &bucket_packets, &load)
+                .tick(now, &self.table, counts, &load)
                 .map_err(DaemonError::Rebalance)?;
-            solve = started.elapsed();
             scaling = tick.outcome.scaling;
             self.next = now + tick.next_interval;
             let plan = &tick.outcome.plan;
@@ -643,6 +739,8 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
                     "plan dropped: predicted improvement below --min-improvement"
                 );
             }
+            flows_moved = self.elephants(&targets_delta, &bucket_packets, &moves)?;
+            solve = started.elapsed();
         } else {
             self.next = now + self.config.control.interval;
         }
@@ -688,10 +786,75 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
             handoffs_pending: self.settlement.held.len(),
             imbalance,
             moves,
+            flows_moved,
             scaling,
             solve,
             next: self.next,
         })
+    }
+
+    /// The override controller's round, after the bucket rebalancer's
+    /// (`moved`: its moves, whose buckets' flows are not settled): counts
+    /// per flow in the hot buckets, overrides given, moved and freed, and
+    /// written to the data path. Returns the flows moved.
+    fn elephants(
+        &mut self,
+        target_packets: &[u64],
+        bucket_packets: &[u64],
+        moved: &[Move],
+    ) -> Result<Vec<FlowTarget>, DaemonError<D::Error>> {
+        let Some(overrides) = &mut self.overrides else {
+            return Ok(Vec::new());
+        };
+        let mut held = self.settlement.held.clone();
+        held.extend(moved.iter().map(|m| m.bucket));
+        held.sort_unstable();
+        held.dedup();
+        let plan = overrides.round(&RoundInput {
+            table: self.table.entries(),
+            held: &held,
+            bucket_packets,
+            core_packets: target_packets,
+            counted: &self.counted,
+            overridden: &self.overridden,
+        });
+        let targets = &self.config.targets;
+        let flows: Vec<FlowTarget> = plan
+            .add
+            .iter()
+            .map(|m| (m, true))
+            .chain(plan.moves.iter().map(|m| (m, false)))
+            .map(|(m, new)| FlowTarget {
+                flow: m.key,
+                bucket: m.bucket,
+                from: targets[m.from],
+                to: targets[m.to],
+                new,
+            })
+            .collect();
+        let free: Vec<FlowInput> = plan.free.iter().map(|&(f, _)| f).collect();
+        self.datapath
+            .write_overrides(&plan.hot, &flows, &free)
+            .map_err(DaemonError::Table)?;
+        for f in &flows {
+            info!(
+                "round {}: elephant {} (bucket {}) {} cpu {} -> {}",
+                self.rounds,
+                f.flow,
+                f.bucket,
+                if f.new {
+                    "given an override,"
+                } else {
+                    "moved,"
+                },
+                f.from,
+                f.to
+            );
+        }
+        for (flow, why) in &plan.free {
+            debug!(%flow, ?why, "override freed");
+        }
+        Ok(flows)
     }
 }
 
@@ -850,6 +1013,7 @@ mod tests {
             load,
             churn,
             churn_seed: 1,
+            elephants: None,
         };
         Daemon::start(
             config,
@@ -1019,6 +1183,7 @@ mod tests {
             load: LoadModel::Measured,
             churn: 0,
             churn_seed: 1,
+            elephants: None,
         };
         let e = Daemon::start(config, Handle(Rc::clone(&m)), Handle(m), Duration::ZERO)
             .err()

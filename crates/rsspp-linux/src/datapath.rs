@@ -11,13 +11,16 @@
 //!   counted on the CPU serving it (its interrupt's, see
 //!   [`crate::queues`]; CPU = queue number when that is not known).
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use rsspp_core::handoff::{Begin, Completion, Handoffs};
+use rsspp_core::orss::{FlowCount, OverrideCount};
+use rsspp_core::{bucket_of, RssKey, Toeplitz};
 
-use crate::daemon::{DataPath, Settlement};
+use crate::daemon::{DataPath, FlowTarget, Settlement};
 use crate::ethtool::{EthtoolError, RssDevice};
-use crate::xdp::{Xdp, XdpError};
+use crate::xdp::{Entry, FlowInput, Xdp, XdpError, BUCKET_HOT, BUCKET_OVERRIDES};
 
 /// Software RSS: the XDP program steers.
 pub struct SoftwarePath {
@@ -31,6 +34,30 @@ pub struct SoftwarePath {
     written: Option<Vec<u32>>,
     /// The time of the round under way (from [`DataPath::settle`]).
     now: Duration,
+    /// Per-flow overrides, when loaded with slots for them.
+    flows: Option<Box<FlowSide>>,
+}
+
+/// The software path's side of per-flow overrides: which flow holds which
+/// slot of the program's override table, their handoffs (as buckets'), the
+/// buckets' flags as written.
+struct FlowSide {
+    toeplitz: Toeplitz,
+    /// Per slot: its flow and bucket.
+    slots: Vec<Option<(FlowInput, usize)>>,
+    slot_of: HashMap<FlowInput, usize>,
+    free: Vec<usize>,
+    /// Per slot: its packets since load as last read.
+    last: Vec<u64>,
+    packets: Vec<u64>,
+    /// Per slot: the CPU its frames go to once settled.
+    at: Vec<u32>,
+    /// Order-preserving moves of overrides under way, by slot.
+    handoffs: Option<Handoffs>,
+    /// Per bucket: its flags as written, and its overrides.
+    flags: Vec<u32>,
+    overrides_in: Vec<u32>,
+    taken: Vec<(FlowInput, u64)>,
 }
 
 impl SoftwarePath {
@@ -52,7 +79,84 @@ impl SoftwarePath {
             handoffs,
             written: None,
             now: Duration::ZERO,
+            flows: None,
         }
+    }
+
+    /// Steers flows on their own too, in the program's override slots (it
+    /// was loaded with some, [`Xdp::override_slots`]); `key` is the RSS key
+    /// it hashes with, to find a counted flow's bucket. Overrides move in
+    /// order when buckets do.
+    pub fn with_overrides(mut self, key: RssKey) -> Self {
+        let slots = self.xdp.override_slots();
+        if slots == 0 {
+            return self;
+        }
+        let handoffs = self
+            .handoffs
+            .as_ref()
+            .map(|h| Handoffs::new(slots, h.timeout()));
+        let buckets = self.xdp.reta_size();
+        self.flows = Some(Box::new(FlowSide {
+            toeplitz: Toeplitz::new(key),
+            slots: vec![None; slots],
+            slot_of: HashMap::new(),
+            free: (0..slots).rev().collect(),
+            last: vec![0; slots],
+            packets: vec![0; slots],
+            at: vec![0; slots],
+            handoffs,
+            flags: vec![0; buckets],
+            overrides_in: vec![0; buckets],
+            taken: Vec::new(),
+        }));
+        self
+    }
+
+    /// Completes the overrides' handoffs that drained or waited too long.
+    fn settle_overrides(&mut self) -> Result<(), XdpError> {
+        let Some(side) = &mut self.flows else {
+            return Ok(());
+        };
+        let Some(handoffs) = &mut side.handoffs else {
+            return Ok(());
+        };
+        for slot in handoffs.held() {
+            let Some((flow, _)) = side.slots[slot] else {
+                handoffs.complete(slot, Completion::Idle);
+                continue;
+            };
+            let h = handoffs.get(slot).expect("held");
+            match self.xdp.override_of(&flow)? {
+                Some((entry, _)) if entry.next.is_none() => {
+                    side.at[slot] = entry.cpu;
+                    handoffs.complete(slot, Completion::Drained);
+                }
+                // Evicted (the map has room for twice the slots: not
+                // expected): the flow follows its bucket.
+                None => {
+                    handoffs.complete(slot, Completion::Idle);
+                }
+                Some(_) if self.now.saturating_sub(h.since) >= handoffs.timeout() => {
+                    let state = self.xdp.handoff_state(self.xdp.override_handoff(slot))?;
+                    let how = if state.drained() {
+                        Completion::Idle
+                    } else {
+                        tracing::debug!(%flow, "override handoff forced: the old CPU never dequeued the flow's last frame");
+                        Completion::Forced
+                    };
+                    let entry = Entry {
+                        cpu: h.to,
+                        next: None,
+                    };
+                    self.xdp.write_override(&flow, slot, entry, false)?;
+                    side.at[slot] = h.to;
+                    handoffs.complete(slot, how);
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(())
     }
 
     /// Number of possible CPUs (the length of the per-CPU counters).
@@ -187,6 +291,145 @@ impl DataPath for SoftwarePath {
         self.xdp.cpumap_drops(&mut self.per_cpu)?;
         pick(&self.per_cpu, &self.cpus, out);
         Ok(())
+    }
+
+    fn flow_counts(
+        &mut self,
+        _now: Duration,
+        counted: &mut Vec<FlowCount<FlowInput>>,
+        overridden: &mut Vec<OverrideCount<FlowInput>>,
+    ) -> Result<bool, XdpError> {
+        if self.flows.is_none() {
+            return Ok(false);
+        }
+        self.settle_overrides()?;
+        let side = self.flows.as_mut().expect("checked above");
+        side.taken.clear();
+        self.xdp.take_flow_packets(&mut side.taken)?;
+        let buckets = self.xdp.reta_size();
+        for &(key, packets) in &side.taken {
+            if side.slot_of.contains_key(&key) {
+                continue;
+            }
+            let bucket = bucket_of(side.toeplitz.hash(key.hash_input()), buckets);
+            counted.push(FlowCount {
+                key,
+                bucket,
+                packets,
+            });
+        }
+        self.xdp.override_packets(&mut side.packets)?;
+        for (slot, flow) in side.slots.iter().enumerate() {
+            let Some((key, _)) = *flow else { continue };
+            let now = side.packets[slot];
+            overridden.push(OverrideCount {
+                key,
+                packets: now.checked_sub(side.last[slot]).unwrap_or(now),
+                settled: side.handoffs.as_ref().is_none_or(|h| h.get(slot).is_none()),
+            });
+            side.last[slot] = now;
+        }
+        Ok(true)
+    }
+
+    fn write_overrides(
+        &mut self,
+        hot: &[usize],
+        moves: &[FlowTarget],
+        free: &[FlowInput],
+    ) -> Result<(), XdpError> {
+        let Some(side) = &mut self.flows else {
+            return Ok(());
+        };
+        for flow in free {
+            let Some(slot) = side.slot_of.remove(flow) else {
+                continue;
+            };
+            self.xdp.delete_override(flow)?;
+            if let Some((_, bucket)) = side.slots[slot].take() {
+                side.overrides_in[bucket] -= 1;
+            }
+            if let Some(h) = &mut side.handoffs {
+                h.complete(slot, Completion::Idle);
+            }
+            side.free.push(slot);
+        }
+        if moves.iter().any(|m| m.new) {
+            // Fresh slots count from what their rows hold now.
+            self.xdp.override_packets(&mut side.packets)?;
+        }
+        for m in moves {
+            let slot = match side.slot_of.get(&m.flow) {
+                Some(&slot) => slot,
+                None => {
+                    let Some(slot) = side.free.pop() else {
+                        tracing::warn!(flow = %m.flow, "no override slot left");
+                        continue;
+                    };
+                    side.slot_of.insert(m.flow, slot);
+                    side.slots[slot] = Some((m.flow, m.bucket));
+                    side.overrides_in[m.bucket] += 1;
+                    side.last[slot] = side.packets[slot];
+                    side.at[slot] = m.from;
+                    slot
+                }
+            };
+            let (entry, fresh) = match &mut side.handoffs {
+                None => (
+                    Entry {
+                        cpu: m.to,
+                        next: None,
+                    },
+                    false,
+                ),
+                Some(h) => match h.begin(slot, side.at[slot], m.to, self.now) {
+                    Begin::Start { from } => (
+                        Entry {
+                            cpu: from,
+                            next: Some(m.to),
+                        },
+                        true,
+                    ),
+                    Begin::Retarget { from } => (
+                        Entry {
+                            cpu: from,
+                            next: Some(m.to),
+                        },
+                        false,
+                    ),
+                    Begin::Cancel { at } => (
+                        Entry {
+                            cpu: at,
+                            next: None,
+                        },
+                        false,
+                    ),
+                },
+            };
+            if entry.next.is_none() {
+                side.at[slot] = entry.cpu;
+            }
+            self.xdp.write_override(&m.flow, slot, entry, fresh)?;
+        }
+        // The flags last: a flow is looked up only once its override is
+        // there.
+        let mut changed = Vec::new();
+        for (b, flags) in side.flags.iter_mut().enumerate() {
+            let want = if hot.binary_search(&b).is_ok() {
+                BUCKET_HOT
+            } else {
+                0
+            } | if side.overrides_in[b] > 0 {
+                BUCKET_OVERRIDES
+            } else {
+                0
+            };
+            if *flags != want {
+                *flags = want;
+                changed.push((b, want));
+            }
+        }
+        self.xdp.set_bucket_flags(&changed)
     }
 }
 
@@ -494,6 +737,7 @@ mod tests {
             load: LoadModel::ByPackets,
             churn: 0,
             churn_seed: 1,
+            elephants: None,
         };
         Daemon::start(config, path, Idle, Duration::ZERO)
     }
@@ -609,6 +853,7 @@ mod tests {
             // Moves every round, so that a pause shows.
             churn: 4,
             churn_seed: 1,
+            elephants: None,
         };
         let mut d = Daemon::start(config, path, Idle, Duration::ZERO).unwrap();
         let ms = Duration::from_millis;
@@ -670,6 +915,7 @@ mod tests {
             load: LoadModel::ByPackets,
             churn: 0,
             churn_seed: 1,
+            elephants: None,
         };
         let mut d = Daemon::start(config, path, Asked(asked.clone()), Duration::ZERO).unwrap();
         assert_eq!(*asked.borrow(), vec![1, 0], "queue 2 on CPU 1, 3 on CPU 0");
@@ -742,6 +988,7 @@ mod tests {
             load: LoadModel::ByPackets,
             churn: 3,
             churn_seed: 7,
+            elephants: None,
         };
         let mut d = Daemon::start(config, path, Idle, Duration::ZERO).unwrap();
         let ms = Duration::from_millis;

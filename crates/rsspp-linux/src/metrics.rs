@@ -66,6 +66,10 @@ pub mod names {
     pub const HANDOFFS_PENDING: &str = "rsspp_handoffs_pending";
     /// Counter per outcome: completed bucket handoffs.
     pub const HANDOFFS_TOTAL: &str = "rsspp_handoffs_total";
+    /// Gauge: per-flow overrides in use (flows steered on their own).
+    pub const OVERRIDES: &str = "rsspp_overrides";
+    /// Counter: flows given an override or moved to another CPU.
+    pub const ELEPHANTS_MOVED_TOTAL: &str = "rsspp_elephants_moved_total";
 }
 
 /// One CPU's figures.
@@ -127,6 +131,11 @@ pub struct MetricsSnapshot {
     pub handoffs_pending: usize,
     /// Handoffs completed since the start, by how they ended.
     pub handoffs: rsspp_core::handoff::HandoffTotals,
+    /// Per-flow overrides in use; `None`: no overrides (`--elephants off`,
+    /// hardware mode), the series are not exported.
+    pub overrides: Option<usize>,
+    /// Flows given an override or moved since the start.
+    pub elephants_moved_total: u64,
 }
 
 impl MetricsSnapshot {
@@ -146,6 +155,8 @@ impl MetricsSnapshot {
             packets_by_kind: Vec::new(),
             handoffs_pending: 0,
             handoffs: Default::default(),
+            overrides: None,
+            elephants_moved_total: 0,
         }
     }
 }
@@ -354,6 +365,27 @@ pub fn render(s: &MetricsSnapshot) -> String {
         ("forced", s.handoffs.forced),
     ] {
         let _ = writeln!(out, "{HANDOFFS_TOTAL}{{{iface},outcome=\"{outcome}\"}} {n}");
+    }
+
+    if let Some(overrides) = s.overrides {
+        header(
+            &mut out,
+            OVERRIDES,
+            "gauge",
+            "Per-flow overrides in use: elephant flows steered on their own, not by their bucket.",
+        );
+        let _ = writeln!(out, "{OVERRIDES}{{{iface}}} {overrides}");
+        header(
+            &mut out,
+            ELEPHANTS_MOVED_TOTAL,
+            "counter",
+            "Elephant flows given an override or moved to another CPU.",
+        );
+        let _ = writeln!(
+            out,
+            "{ELEPHANTS_MOVED_TOTAL}{{{iface}}} {}",
+            s.elephants_moved_total
+        );
     }
 
     header(&mut out, ROUNDS_TOTAL, "counter", "Rebalancing rounds run.");

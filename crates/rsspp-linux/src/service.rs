@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 
 use rsspp_core::balance::BalanceError;
 use rsspp_core::handoff::DEFAULT_HANDOFF_TIMEOUT;
+use rsspp_core::orss::OverrideConfig;
 use rsspp_core::toeplitz::KeyError;
 use rsspp_core::{ControlConfig, RssKey};
 use tracing::{info, warn};
@@ -156,6 +157,9 @@ pub struct ServiceConfig {
     /// Export the per-bucket series (two per bucket); `None`: up to
     /// [`BUCKET_METRICS_AUTO_MAX`] buckets.
     pub bucket_metrics: Option<bool>,
+    /// Per-flow overrides (elephants inside buckets; software mode, while
+    /// balancing); `None`: buckets only.
+    pub elephants: Option<OverrideConfig>,
 }
 
 /// The largest table whose per-bucket series are exported unless asked
@@ -187,7 +191,15 @@ impl ServiceConfig {
             moves: Moves::Ordered,
             handoff_timeout: DEFAULT_HANDOFF_TIMEOUT,
             bucket_metrics: None,
+            elephants: Some(OverrideConfig::default()),
         }
+    }
+
+    /// The override controller's settings, where it runs: software mode,
+    /// balancing.
+    fn elephants(&self) -> Option<OverrideConfig> {
+        let software = matches!(self.steering, Steering::Software { .. });
+        self.elephants.filter(|_| software && self.balance)
     }
 
     /// The daemon's settings over `targets` and a table of `reta_size`
@@ -204,6 +216,7 @@ impl ServiceConfig {
             churn_seed: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(1, |d| d.as_nanos() as u64),
+            elephants: self.elephants(),
         }
     }
 
@@ -211,6 +224,9 @@ impl ServiceConfig {
     /// the rebalancer's knobs, the targets, the load source.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.control.validate()?;
+        if let Some(e) = &self.elephants {
+            e.validate()?;
+        }
         if self.targets.is_empty() {
             return Err(ConfigError::NoTargets);
         }
@@ -654,6 +670,7 @@ fn start_software(
         key: RssKey::microsoft(),
         default_cpu: targets[0],
         force: config.force,
+        override_slots: config.elephants().map_or(0, |e| e.max_overrides),
     };
     let mut xdp = Xdp::load(
         &options,
@@ -675,7 +692,8 @@ fn start_software(
         xdp,
         targets.clone(),
         ordered_moves.then_some(config.handoff_timeout),
-    );
+    )
+    .with_overrides(options.key.clone());
     let daemon = config.daemon(targets, reta_size);
     // On error the data path is dropped, which detaches the program.
     Ok(Daemon::start(daemon, path, clock, started.elapsed())?)
@@ -690,6 +708,9 @@ fn start_hardware(
     started: Instant,
 ) -> Result<Daemon<HardwarePath<Ethtool>, Clock>, ServiceError> {
     let iface = &config.iface;
+    if config.elephants.is_some() && config.balance {
+        info!(iface = %iface, "per-flow overrides (--elephants) are software mode's: in hardware mode they would be the NIC's ntuple rules (ETHTOOL_SRXCLSRLINS), which rsspp does not write yet; balancing buckets only");
+    }
     let mut nic = Ethtool::open(iface)?.context(context)?;
     info!(iface = %iface, context, "the NIC's table is read and written through {}", nic.interface());
     let rss = nic.rss()?;
@@ -720,6 +741,7 @@ fn start_hardware(
         key,
         default_cpu: targets[0],
         force: config.force,
+        override_slots: 0,
     };
     // Queues checked before anything is attached.
     HardwarePath::check_queues(&mut nic, &targets)?;
@@ -818,6 +840,8 @@ pub(crate) fn publish_round<D: DataPath, B: BusyClock>(
             );
         }
         s.migrations_total = daemon.migrations();
+        s.overrides = daemon.overrides_in_use();
+        s.elephants_moved_total = daemon.elephants_moved();
         s.rounds_total = daemon.rounds();
         if let Some(r) = round {
             s.imbalance_ratio = r.imbalance;

@@ -11,8 +11,8 @@ use common::*;
 use rsspp_core::toeplitz::MICROSOFT_VECTORS;
 use rsspp_core::{FlowKey, RssKey};
 use rsspp_linux::xdp::{
-    AttachMode, BadAttachMode, OtherCounts, Program, Xdp, XdpAction, XdpErrorKind, XdpOptions,
-    DEFAULT_CPUMAP_QUEUE,
+    AttachMode, BadAttachMode, Entry, FlowInput, OtherCounts, Program, Xdp, XdpAction,
+    XdpErrorKind, XdpOptions, BUCKET_HOT, BUCKET_OVERRIDES, DEFAULT_CPUMAP_QUEUE,
 };
 
 /// What a frame must do to the counters.
@@ -562,4 +562,197 @@ fn bad_options_are_refused_with_clear_errors() {
     assert!(matches!("native".parse(), Ok(AttachMode::Native)));
     assert!(matches!("skb".parse(), Ok(AttachMode::Skb)));
     assert_eq!("hw".parse::<AttachMode>(), Err(BadAttachMode("hw".into())));
+}
+
+/// A steering program with `slots` override slots over two CPUs, every
+/// bucket on the first; `None` without root or a second CPU.
+fn with_overrides(slots: usize) -> Option<(Xdp, u32, u32)> {
+    if !bpf_ready("override test") {
+        return None;
+    }
+    let cpus = steering_cpus();
+    if cpus.len() < 2 {
+        eprintln!("skipping override test: an override needs a second CPU");
+        return None;
+    }
+    let mut opts = XdpOptions::new("lo");
+    opts.reta_size = 64;
+    opts.default_cpu = cpus[0];
+    opts.override_slots = slots;
+    let x = Xdp::load(
+        &opts,
+        Program::Steer {
+            cpus: cpus.clone(),
+            cpumap_queue: DEFAULT_CPUMAP_QUEUE,
+            ordered_moves: true,
+        },
+    )
+    .unwrap();
+    let all: Vec<(usize, u32)> = (0..64).map(|b| (b, cpus[0])).collect();
+    x.write_entries(&all).unwrap();
+    Some((x, cpus[0], cpus[1]))
+}
+
+/// IPv4 and IPv6 frames of two flows each, the flows' keys and buckets.
+fn override_flows() -> Vec<(&'static str, Vec<u8>, FlowKey)> {
+    let (s4, d4) = (ip("10.0.0.1"), ip("10.0.0.2"));
+    let (s6, d6) = (ip("fd00::1"), ip("fd00::2"));
+    let a = L4::Tcp(40_000, 80);
+    let b = L4::Udp(40_001, 53);
+    vec![
+        ("IPv4 TCP", ip_frame(s4, d4, a), flow_of(s4, d4, a)),
+        ("IPv4 UDP", ip_frame(s4, d4, b), flow_of(s4, d4, b)),
+        ("IPv6 TCP", ip_frame(s6, d6, a), flow_of(s6, d6, a)),
+        ("IPv6 UDP", ip_frame(s6, d6, b), flow_of(s6, d6, b)),
+        (
+            "IPv4 ICMP",
+            ip_frame(s4, d4, L4::Icmp),
+            FlowKey::addresses_only(s4, d4, 1).unwrap(),
+        ),
+    ]
+}
+
+#[test]
+fn an_override_steers_its_flow_once_its_bucket_is_flagged() {
+    let Some((x, a, b)) = with_overrides(4) else {
+        return;
+    };
+    let key = RssKey::microsoft();
+    for (name, frame, flow) in override_flows() {
+        let input = FlowInput::of(&flow);
+        let bucket = bucket(&key, &flow, 64);
+        let slot = 2;
+        x.write_override(&input, slot, Entry { cpu: b, next: None }, false)
+            .unwrap();
+        // Not flagged: the table decides, the override is not looked up.
+        let before = snapshot(&x);
+        x.test_run(&frame, 3).unwrap();
+        let after = snapshot(&x);
+        assert_eq!(
+            grown(&before.cpus, &after.cpus),
+            [(a as usize, 3)],
+            "{name}"
+        );
+        // Flagged: the override decides, and counts.
+        x.set_bucket_flags(&[(bucket, BUCKET_OVERRIDES)]).unwrap();
+        let mut slot_before = vec![0; 4];
+        x.override_packets(&mut slot_before).unwrap();
+        let before = snapshot(&x);
+        let run = x.test_run(&frame, 5).unwrap();
+        let after = snapshot(&x);
+        assert_eq!(run.action, XdpAction::Redirect, "{name}");
+        assert_eq!(
+            grown(&before.cpus, &after.cpus),
+            [(b as usize, 5)],
+            "{name}"
+        );
+        // Still counted in its bucket (the daemon takes it out).
+        assert_eq!(
+            grown(&before.buckets, &after.buckets),
+            [(bucket, 5)],
+            "{name}"
+        );
+        assert_eq!(
+            after.other.overridden - before.other.overridden,
+            5,
+            "{name}"
+        );
+        let mut slot_after = vec![0; 4];
+        x.override_packets(&mut slot_after).unwrap();
+        assert_eq!(grown(&slot_before, &slot_after), [(slot, 5)], "{name}");
+        // Another flow of the flagged bucket follows the table. (A frame
+        // of the same addresses with other ports is another flow.)
+        let mut sport = 1u16;
+        let other_frame = loop {
+            let f = flow_of(ip("10.9.9.9"), ip("10.0.0.2"), L4::Udp(sport, 2));
+            if common::bucket(&key, &f, 64) == bucket {
+                break ip_frame(ip("10.9.9.9"), ip("10.0.0.2"), L4::Udp(sport, 2));
+            }
+            sport += 1;
+        };
+        let before = snapshot(&x);
+        x.test_run(&other_frame, 2).unwrap();
+        let after = snapshot(&x);
+        assert_eq!(
+            grown(&before.cpus, &after.cpus),
+            [(a as usize, 2)],
+            "{name}"
+        );
+        // Deleted: the table again.
+        x.delete_override(&input).unwrap();
+        assert_eq!(x.override_of(&input).unwrap(), None);
+        let before = snapshot(&x);
+        x.test_run(&frame, 1).unwrap();
+        let after = snapshot(&x);
+        assert_eq!(
+            grown(&before.cpus, &after.cpus),
+            [(a as usize, 1)],
+            "{name}"
+        );
+        x.set_bucket_flags(&[(bucket, 0)]).unwrap();
+    }
+}
+
+#[test]
+fn hot_buckets_count_their_flows_and_cool_ones_do_not() {
+    let Some((x, _, _)) = with_overrides(1) else {
+        return;
+    };
+    let key = RssKey::microsoft();
+    let flows = override_flows();
+    // The first flow's bucket is hot; frames of every flow.
+    let hot = bucket(&key, &flows[0].2, 64);
+    x.set_bucket_flags(&[(hot, BUCKET_HOT)]).unwrap();
+    let mut expected: Vec<(FlowInput, u64)> = Vec::new();
+    for (i, (_, frame, flow)) in flows.iter().enumerate() {
+        let n = i as u32 + 2;
+        x.test_run(frame, n).unwrap();
+        if bucket(&key, flow, 64) == hot {
+            expected.push((FlowInput::of(flow), u64::from(n)));
+        }
+    }
+    let mut taken = Vec::new();
+    x.take_flow_packets(&mut taken).unwrap();
+    taken.sort();
+    expected.sort();
+    assert_eq!(taken, expected);
+    assert!(!expected.is_empty());
+    // Read and cleared.
+    taken.clear();
+    x.take_flow_packets(&mut taken).unwrap();
+    assert!(taken.is_empty(), "{taken:?}");
+}
+
+#[test]
+fn override_slots_and_cpus_are_checked() {
+    let Some((x, a, _)) = with_overrides(2) else {
+        return;
+    };
+    let flow = FlowInput::of(&override_flows()[0].2);
+    let e = x
+        .write_override(&flow, 2, Entry { cpu: a, next: None }, false)
+        .unwrap_err();
+    assert!(
+        matches!(e.kind(), XdpErrorKind::SlotOutOfRange { slot: 2, slots: 2 }),
+        "{e}"
+    );
+    let e = x
+        .write_override(
+            &flow,
+            0,
+            Entry {
+                cpu: 4095,
+                next: None,
+            },
+            false,
+        )
+        .unwrap_err();
+    assert!(
+        matches!(e.kind(), XdpErrorKind::CpuNotSteered { cpu: 4095, .. }),
+        "{e}"
+    );
+    let mut opts = XdpOptions::new("lo");
+    opts.override_slots = 1 << 20;
+    let e = Xdp::load(&opts, Program::Count { rx_hash: false }).unwrap_err();
+    assert!(matches!(e.kind(), XdpErrorKind::OverrideSlots(_)), "{e}");
 }

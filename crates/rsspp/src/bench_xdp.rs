@@ -2,9 +2,10 @@
 //! kernel with `BPF_PROG_TEST_RUN` (the program runs `--repeat` times on
 //! one frame; the kernel reports the mean time per run). Count-only
 //! (hardware mode, Toeplitz in BPF), steering (software mode, Toeplitz,
-//! table lookup and CPUMAP redirect) and steering a bucket in handoff (the
-//! frame stamped for the order-preserving move), on an IPv4 TCP and an IPv6
-//! UDP frame.
+//! table lookup and CPUMAP redirect), steering a bucket in handoff (the
+//! frame stamped for the order-preserving move), a flow with a per-flow
+//! override (the override table looked up first) and a flow of a hot bucket
+//! (counted per flow), on an IPv4 TCP and an IPv6 UDP frame.
 //! The programs are loaded for `lo` but never attached. Needs root.
 
 use std::io::Write;
@@ -12,8 +13,11 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use clap::Args;
 use etherparse::PacketBuilder;
+use rsspp_core::{bucket_of, FlowKey, Toeplitz};
 use rsspp_linux::cpu::CpuList;
-use rsspp_linux::xdp::{Program, Xdp, XdpOptions, DEFAULT_CPUMAP_QUEUE};
+use rsspp_linux::xdp::{
+    Entry, FlowInput, Program, Xdp, XdpOptions, BUCKET_HOT, BUCKET_OVERRIDES, DEFAULT_CPUMAP_QUEUE,
+};
 use serde::Serialize;
 
 use crate::error::CliError;
@@ -72,6 +76,23 @@ fn ipv6_udp() -> Vec<u8> {
     out
 }
 
+fn ipv4_tcp_flow() -> FlowKey {
+    FlowKey::new(
+        Ipv4Addr::new(66, 9, 149, 187).into(),
+        Ipv4Addr::new(161, 142, 100, 80).into(),
+        2794,
+        1766,
+        6,
+    )
+    .expect("one family")
+}
+
+fn ipv6_udp_flow() -> FlowKey {
+    let src: Ipv6Addr = "3ffe:2501:200:1fff::7".parse().expect("address");
+    let dst: Ipv6Addr = "3ffe:2501:200:3::1".parse().expect("address");
+    FlowKey::new(src.into(), dst.into(), 2794, 1766, 17).expect("one family")
+}
+
 fn measure(args: &BenchXdpArgs) -> Result<Vec<Case>, CliError> {
     // Two CPUs at most: the cost does not depend on how many the table names.
     let cpus: Vec<u32> = CpuList::online()?.cpus().iter().copied().take(2).collect();
@@ -90,11 +111,24 @@ fn measure(args: &BenchXdpArgs) -> Result<Vec<Case>, CliError> {
     // A bucket in handoff whose old CPU never drains it: every frame takes
     // the held path (stamp in the metadata, atomic sequence number).
     if cpus.len() > 1 {
-        programs.push(("handoff", steer));
+        programs.push(("handoff", steer.clone()));
+        // The frame's flow has an override (to the other CPU), its bucket
+        // flagged: the override lookup, then the redirect.
+        programs.push(("override", steer.clone()));
     }
-    let frames = [("IPv4 TCP", ipv4_tcp()), ("IPv6 UDP", ipv6_udp())];
+    // The frame's bucket is hot: its flow is counted in the per-flow map.
+    programs.push(("hot", steer));
+    let frames = [
+        ("IPv4 TCP", ipv4_tcp(), ipv4_tcp_flow()),
+        ("IPv6 UDP", ipv6_udp(), ipv6_udp_flow()),
+    ];
+    let toeplitz = Toeplitz::new(opts.key.clone());
     let mut cases = Vec::new();
     for (name, program) in programs {
+        let mut opts = opts.clone();
+        if matches!(name, "override" | "hot") {
+            opts.override_slots = 1;
+        }
         let xdp = Xdp::load(&opts, program)?;
         if name == "handoff" {
             let all: Vec<(usize, u32)> = (0..args.reta_size).map(|b| (b, cpus[0])).collect();
@@ -103,7 +137,20 @@ fn measure(args: &BenchXdpArgs) -> Result<Vec<Case>, CliError> {
                 (0..args.reta_size).map(|b| (b, cpus[0], cpus[1])).collect();
             xdp.begin_handoffs(&moves, true)?;
         }
-        for (frame_name, frame) in &frames {
+        for (frame_name, frame, flow) in &frames {
+            let bucket = bucket_of(toeplitz.hash_flow(flow), args.reta_size);
+            match name {
+                "override" => {
+                    let to = Entry {
+                        cpu: cpus[1],
+                        next: None,
+                    };
+                    xdp.write_override(&FlowInput::of(flow), 0, to, false)?;
+                    xdp.set_bucket_flags(&[(bucket, BUCKET_OVERRIDES)])?;
+                }
+                "hot" => xdp.set_bucket_flags(&[(bucket, BUCKET_HOT)])?,
+                _ => {}
+            }
             // One short run first: faults the maps' pages in, warms caches.
             xdp.test_run(frame, 1000)?;
             let mut ns = Vec::with_capacity(args.rounds);
@@ -160,7 +207,10 @@ pub fn run(args: &BenchXdpArgs) -> Result<(), CliError> {
         t += "count: parse + Toeplitz + per-bucket and per-CPU counters, XDP_PASS;\n\
               steer: the same + table lookup + bpf_redirect_map to a CPUMAP (the kernel does\n\
               not perform the redirect in a test run);\n\
-              handoff: steer for a bucket in handoff, held on its old CPU (stamped).\n";
+              handoff: steer for a bucket in handoff, held on its old CPU (stamped);\n\
+              override: steer for a flow with a per-flow override (its bucket flagged: the\n\
+              override table looked up before the bucket table);\n\
+              hot: steer for a flow of a hot bucket (counted in the per-flow map).\n";
         t
     };
     std::io::stdout()

@@ -46,11 +46,16 @@ fn bench_xdp_measures_every_program_on_both_frames() {
         ("steer", "IPv4 TCP", "Redirect"),
         ("steer", "IPv6 UDP", "Redirect"),
     ];
-    // A handoff moves a bucket between two CPUs.
+    // A handoff moves a bucket between two CPUs, an override steers a flow
+    // to the other one.
     if rsspp_linux::cpu::CpuList::online().unwrap().len() > 1 {
-        expected.push(("handoff", "IPv4 TCP", "Redirect"));
-        expected.push(("handoff", "IPv6 UDP", "Redirect"));
+        for program in ["handoff", "override"] {
+            expected.push((program, "IPv4 TCP", "Redirect"));
+            expected.push((program, "IPv6 UDP", "Redirect"));
+        }
     }
+    expected.push(("hot", "IPv4 TCP", "Redirect"));
+    expected.push(("hot", "IPv6 UDP", "Redirect"));
     assert_eq!(got, expected);
     for c in &cases {
         assert!(

@@ -35,9 +35,26 @@ pub fn estimate(
     core_load: &[f64],
     saturation: f64,
 ) -> LoadEstimate {
+    estimate_with_fixed(table, bucket_packets, core_load, &[], saturation)
+}
+
+/// [`estimate`], where core `c` also received `fixed_packets[c]` packets
+/// that no bucket carries (flows steered on their own, by a per-flow
+/// override): they cost what its other packets cost, and their load is
+/// fixed to the core. `fixed_packets` may be shorter than the cores.
+pub fn estimate_with_fixed(
+    table: &IndirectionTable,
+    bucket_packets: &[u64],
+    core_load: &[f64],
+    fixed_packets: &[u64],
+    saturation: f64,
+) -> LoadEstimate {
     let cores = core_load.len();
     let mut core_packets = vec![0u64; cores];
     for (&p, &c) in bucket_packets.iter().zip(table.entries()) {
+        core_packets[c] += p;
+    }
+    for (c, &p) in fixed_packets.iter().enumerate().take(cores) {
         core_packets[c] += p;
     }
     let saturated: Vec<bool> = core_load.iter().map(|&l| l >= saturation).collect();
@@ -75,20 +92,22 @@ pub fn estimate(
             .collect(),
         (None, None) => core_load.to_vec(),
     };
-    let fixed_load = (0..cores)
-        .map(|c| {
-            if core_packets[c] == 0 {
-                core_demand[c]
-            } else {
-                0.0
-            }
-        })
-        .collect();
     // Load of one packet on each core.
     let per_packet: Vec<f64> = (0..cores)
         .map(|c| match core_packets[c] {
             0 => 0.0,
             p => core_demand[c] / p as f64,
+        })
+        .collect();
+    let fixed_load = (0..cores)
+        .map(|c| {
+            if core_packets[c] == 0 {
+                core_demand[c]
+            } else {
+                fixed_packets
+                    .get(c)
+                    .map_or(0.0, |&p| p as f64 * per_packet[c])
+            }
         })
         .collect();
     let bucket_load = bucket_packets
@@ -120,6 +139,20 @@ mod tests {
         assert!((e.bucket_load[2] - 0.2).abs() < 1e-12);
         assert!((e.bucket_load[1] - 0.1).abs() < 1e-12);
         assert_eq!(e.fixed_load, vec![0.0, 0.0]);
+    }
+
+    #[test]
+    fn packets_no_bucket_carries_are_load_fixed_to_their_core() {
+        let t = IndirectionTable::equal(64, 2).unwrap();
+        let mut packets = vec![0u64; 64];
+        packets[0] = 300; // core 0
+        packets[1] = 100; // core 1
+                          // Core 0 also steered 100 packets of an overridden flow.
+        let e = estimate_with_fixed(&t, &packets, &[0.8, 0.2], &[100, 0], 0.99);
+        assert!((e.bucket_load[0] - 0.6).abs() < 1e-12);
+        assert!((e.fixed_load[0] - 0.2).abs() < 1e-12);
+        assert!((e.bucket_load[1] - 0.2).abs() < 1e-12);
+        assert_eq!(e.fixed_load[1], 0.0);
     }
 
     #[test]

@@ -199,6 +199,11 @@ pub enum Setting {
     MinImprovement,
     /// The control loop's minimum time between two moves of a bucket.
     MinDwell,
+    /// The override controller's table size
+    /// ([`crate::orss::OverrideConfig::max_overrides`]).
+    MaxOverrides,
+    /// The override controller's hot-bucket and elephant thresholds.
+    ElephantDetection,
 }
 
 impl std::fmt::Display for Setting {
@@ -216,6 +221,8 @@ impl std::fmt::Display for Setting {
             Setting::BackoffImbalance => "back-off imbalance",
             Setting::MinImprovement => "minimum improvement",
             Setting::MinDwell => "minimum dwell",
+            Setting::MaxOverrides => "maximum overrides",
+            Setting::ElephantDetection => "elephant detection",
         })
     }
 }
@@ -284,12 +291,26 @@ pub fn rebalance_pinned(
     config: &BalanceConfig,
     pinned: &[bool],
 ) -> Result<BalanceOutcome, BalanceError> {
+    rebalance_with_fixed(report, config, pinned, &[])
+}
+
+/// [`rebalance_pinned`], where core `c` also received `fixed_packets[c]`
+/// packets that no bucket carries (flows steered on their own by per-flow
+/// overrides, [`crate::orss::overrides`]): load the buckets are spread
+/// around ([`estimate::estimate_with_fixed`]).
+pub fn rebalance_with_fixed(
+    report: &LoadReport<'_>,
+    config: &BalanceConfig,
+    pinned: &[bool],
+    fixed_packets: &[u64],
+) -> Result<BalanceOutcome, BalanceError> {
     report.validate()?;
     config.validate()?;
-    let mut estimate = estimate::estimate(
+    let mut estimate = estimate::estimate_with_fixed(
         report.table,
         report.bucket_packets,
         report.core_load,
+        fixed_packets,
         config.saturation,
     );
     let mut owner: Vec<CoreId> = report.table.entries().to_vec();

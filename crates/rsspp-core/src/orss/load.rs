@@ -20,7 +20,7 @@ pub fn weight(n: usize) -> f64 {
 #[derive(Debug, Clone, Copy)]
 struct Entry {
     flow: u32,
-    polls: [u16; ROUNDS],
+    polls: [u32; ROUNDS],
 }
 
 const NONE: u32 = u32::MAX;
@@ -57,6 +57,13 @@ impl FlowLoads {
 
     /// A poll found a core processing `flow`.
     pub fn poll(&mut self, flow: u32) {
+        self.add(flow, 1);
+    }
+
+    /// `n` polls of `flow` at once: a data path that counts a flow's
+    /// packets rather than polling the cores adds each round's count (the
+    /// estimate is then in packets per round over `polls_per_round`).
+    pub fn add(&mut self, flow: u32, n: u32) {
         let f = flow as usize;
         if f >= self.slot_of.len() {
             self.slot_of.resize((f + 1).next_power_of_two(), NONE);
@@ -73,7 +80,7 @@ impl FlowLoads {
             s => s as usize,
         };
         let p = &mut self.entries[slot].polls[self.head];
-        *p = p.saturating_add(1);
+        *p = p.saturating_add(n);
     }
 
     /// Flow number `flow` now names a new flow: the old one's polls go.

@@ -9,9 +9,17 @@
 //! - [`load`]: the per-flow load estimate (§4.4.2).
 //! - [`balancer`]: the balancing step, with core reduction and no
 //!   ping-pong (§4.5).
+//! - [`overrides`]: the same rules on real packets, inside RSS++'s buckets:
+//!   which buckets to count per flow, which elephants to steer on their own
+//!   (per-flow overrides of the table), which overrides to free.
 
 pub mod balancer;
 pub mod load;
+pub mod overrides;
 
 pub use balancer::{asi, Balancer, BalancerParams, FlowLoad, Move, Plan};
 pub use load::FlowLoads;
+pub use overrides::{
+    FlowCount, FlowMove, Free, OverrideConfig, OverrideCount, OverridePlan, Overrides, RoundInput,
+    Split,
+};

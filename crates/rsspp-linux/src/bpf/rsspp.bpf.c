@@ -3,7 +3,8 @@
  * rsspp XDP programs: count packets per RSS bucket and, in software mode,
  * steer each bucket to the CPU its indirection-table entry names.
  *
- *   xdp_rsspp_steer  software RSS: Toeplitz hash -> bucket -> table -> CPUMAP
+ *   xdp_rsspp_steer  software RSS: Toeplitz hash -> bucket -> (a flow's
+ *                    override, or) table -> CPUMAP
  *   xdp_rsspp_dequeue  runs on each steering CPU as its CPUMAP thread
  *                    dequeues a frame: notes how far a bucket in handoff
  *                    has drained (see "Order-preserving moves" below)
@@ -37,6 +38,8 @@ const volatile __u32 use_rx_hash = 0; /* xdp_rsspp_rxh: the NIC's hash */
  * dequeued its last frame: the time that CPU's thread takes to pass the
  * rest of its batch (at most 8 frames) up the stack. */
 const volatile __u32 handoff_guard_ns = 0;
+/* Override slots (rows of rsspp_override_packets). */
+const volatile __u32 override_slots = 1;
 
 /* Per-CPU counters of the packets kept out of the buckets; the key type
  * of rsspp_counters, which puts the enum in the BTF the skeleton exposes. */
@@ -49,7 +52,8 @@ enum rsspp_counter {
 	COUNTER_HANDOFF_SWITCHED = 5, /* buckets switched CPU once drained */
 	COUNTER_HANDOFF_HELD = 6,     /* frames kept on the old CPU meanwhile */
 	COUNTER_HANDOFF_NO_META = 7,  /* no room for the stamp: not tracked */
-	COUNTER_MAX = 8,
+	COUNTER_OVERRIDDEN = 8,	      /* frames steered by a flow's override */
+	COUNTER_MAX = 9,
 };
 
 /*
@@ -84,6 +88,34 @@ struct stamp {
 	__u64 seq;
 };
 
+/*
+ * Per-flow overrides ("elephants inside buckets"). A bucket's flags (one
+ * word a bucket, written by the daemon) say whether any of its flows has an
+ * override (BUCKET_OVERRIDES: look the flow up in rsspp_overrides before
+ * the table) and whether its flows are counted one by one (BUCKET_HOT: the
+ * daemon looks for elephants there). A flow of a bucket with no flag costs
+ * one array read. An override's entry has the table's format (CPU, and the
+ * next CPU + 1 while it moves) and moves the same way, its handoff state
+ * at rsspp_handoff[table size + slot].
+ */
+#define BUCKET_HOT 1
+#define BUCKET_OVERRIDES 2
+
+/* The hash input of a flow, as it is in the packet (addresses, then ports
+ * when it has them), zero-padded; `kind` tells the layouts apart. */
+#define FLOW_KEY_WORDS 9
+#define FLOW_IPV6 1
+#define FLOW_PORTS 2
+struct flow_key {
+	__u32 w[FLOW_KEY_WORDS];
+	__u32 kind;
+};
+
+struct flow_override {
+	__u32 entry; /* as rsspp_reta's */
+	__u32 slot;  /* its handoff state and packet counters */
+};
+
 /* One value: the 36 x 256 table of the key (see toeplitz.h). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -102,7 +134,45 @@ struct {
 	__type(value, __u32);
 } rsspp_reta SEC(".maps");
 
-/* Per bucket: how far a handoff has drained; sized as rsspp_reta. */
+/* Per bucket: BUCKET_HOT, BUCKET_OVERRIDES; sized as rsspp_reta. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} rsspp_bucket_flags SEC(".maps");
+
+/* Flows steered on their own; sized by the loader (--max-overrides, with
+ * room: an LRU map may evict before it is full). Written by the daemon
+ * only: the program looks up and switches entries in place. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1);
+	__type(key, struct flow_key);
+	__type(value, struct flow_override);
+} rsspp_overrides SEC(".maps");
+
+/* Packets of each override slot, one row of the slots per CPU (as
+ * rsspp_buckets); memory-mapped by the daemon. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, __u64);
+} rsspp_override_packets SEC(".maps");
+
+/* Packets per flow of the hot buckets, since the daemon last read them
+ * (it reads and deletes them each round). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1);
+	__type(key, struct flow_key);
+	__type(value, __u64);
+} rsspp_flow_packets SEC(".maps");
+
+/* Per bucket, then per override slot: how far a handoff has drained;
+ * sized to the table plus the override slots. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
@@ -192,8 +262,9 @@ static __always_inline void count_unhashed(int res)
 	      res == PARSE_NOT_IP ? COUNTER_NOT_IP : COUNTER_MALFORMED);
 }
 
-/* A frame of `bucket`, whose entry `e` names a new CPU: the CPU it goes
- * to (see "Order-preserving moves" above). */
+/* A frame of handoff state `bucket` (a bucket, or table size + an override
+ * slot), whose entry `e` names a new CPU: the CPU it goes to (see
+ * "Order-preserving moves" above). */
 static __always_inline __u32 handoff(struct xdp_md *ctx, __u32 *entry,
 				     __u32 e, __u32 bucket)
 {
@@ -232,12 +303,85 @@ static __always_inline __u32 handoff(struct xdp_md *ctx, __u32 *entry,
 	return old;
 }
 
+/* The flow's hash input as a map key. */
+static __always_inline void flow_key_of(const struct flow_input *f,
+					struct flow_key *k)
+{
+	const __u32 *a = (const __u32 *)f->addrs;
+	const __u32 *p = (const __u32 *)f->ports;
+
+	__builtin_memset(k, 0, sizeof(*k));
+	if (f->ipv6) {
+#pragma unroll
+		for (int i = 0; i < 8; i++)
+			k->w[i] = a[i];
+		if (p) {
+			k->w[8] = p[0];
+			k->kind = FLOW_IPV6 | FLOW_PORTS;
+		} else {
+			k->kind = FLOW_IPV6;
+		}
+	} else {
+		k->w[0] = a[0];
+		k->w[1] = a[1];
+		if (p) {
+			k->w[2] = p[0];
+			k->kind = FLOW_PORTS;
+		}
+	}
+}
+
+/* One more packet of a flow of a hot bucket. */
+static __always_inline void count_flow(const struct flow_key *k)
+{
+	__u64 one = 1, *v;
+
+	v = bpf_map_lookup_elem(&rsspp_flow_packets, k);
+	if (v)
+		__sync_fetch_and_add(v, 1);
+	else
+		bpf_map_update_elem(&rsspp_flow_packets, k, &one, BPF_NOEXIST);
+}
+
+/* The CPU of a flow of a flagged bucket if it has an override (counted in
+ * its slot's row of this CPU), else -1; counts it if its bucket is hot. */
+static __always_inline long flow_cpu(struct xdp_md *ctx,
+				     const struct flow_input *f, __u32 flags)
+{
+	struct flow_override *o;
+	struct flow_key k;
+	__u32 e, slot;
+
+	flow_key_of(f, &k);
+	if (flags & BUCKET_OVERRIDES) {
+		o = bpf_map_lookup_elem(&rsspp_overrides, &k);
+		if (o) {
+			slot = o->slot;
+			if (slot < override_slots)
+				count(&rsspp_override_packets,
+				      bpf_get_smp_processor_id() *
+						      override_slots +
+					      slot);
+			count(&rsspp_counters, COUNTER_OVERRIDDEN);
+			e = READ_ONCE(o->entry);
+			if (e >> RETA_NEXT_SHIFT)
+				return handoff(ctx, &o->entry, e,
+					       bucket_mask + 1 + slot);
+			return e;
+		}
+	}
+	if (flags & BUCKET_HOT)
+		count_flow(&k);
+	return -1;
+}
+
 SEC("xdp")
 int xdp_rsspp_steer(struct xdp_md *ctx)
 {
 	const struct key_table *t;
 	struct flow_input f;
-	__u32 zero = 0, cpu, bucket, e, *entry;
+	__u32 zero = 0, cpu, bucket, e, *entry, *flags;
+	long over;
 	long action;
 	int res;
 
@@ -249,8 +393,11 @@ int xdp_rsspp_steer(struct xdp_md *ctx)
 	if (res == PARSE_IP) {
 		bucket = toeplitz_flow(t, &f) & bucket_mask;
 		count_bucket(bucket);
-		entry = bpf_map_lookup_elem(&rsspp_reta, &bucket);
-		if (entry) {
+		flags = bpf_map_lookup_elem(&rsspp_bucket_flags, &bucket);
+		over = flags && *flags ? flow_cpu(ctx, &f, *flags) : -1;
+		if (over >= 0) {
+			cpu = over;
+		} else if ((entry = bpf_map_lookup_elem(&rsspp_reta, &bucket))) {
 			e = READ_ONCE(*entry);
 			cpu = e >> RETA_NEXT_SHIFT ? handoff(ctx, entry, e, bucket)
 						   : e;
@@ -286,7 +433,8 @@ int xdp_rsspp_dequeue(struct xdp_md *ctx)
 	if ((void *)(st + 1) > (void *)(long)ctx->data ||
 	    st->magic != STAMP_MAGIC)
 		return XDP_PASS;
-	bucket = st->bucket & bucket_mask;
+	/* A bucket or an override slot: the lookup checks the bounds. */
+	bucket = st->bucket;
 	h = bpf_map_lookup_elem(&rsspp_handoff, &bucket);
 	if (h) {
 		WRITE_ONCE(h->deq_ns, bpf_ktime_get_ns());

@@ -30,6 +30,8 @@ fn snapshot() -> MetricsSnapshot {
     s.packets_by_kind = vec![("not_ip", 0), ("malformed", 0), ("redirect_failed", 0)];
     s.imbalance_ratio = 249.0;
     s.migrations_total = 7;
+    s.overrides = Some(2);
+    s.elephants_moved_total = 3;
     s.rounds_total = 42;
     s.interval_seconds = 0.1;
     for us in [0.5, 3.0, 3.0, 40.0, 20_000.0] {
@@ -85,6 +87,8 @@ fn every_family_has_help_and_the_right_type() {
         (names::ROUNDS_TOTAL, "counter"),
         (names::INTERVAL_SECONDS, "gauge"),
         (names::REBALANCE_SECONDS, "histogram"),
+        (names::OVERRIDES, "gauge"),
+        (names::ELEPHANTS_MOVED_TOTAL, "counter"),
     ];
     assert_eq!(types.len(), expected.len());
     for (name, kind) in expected {
@@ -195,6 +199,25 @@ fn per_cpu_and_per_bucket_series_carry_their_label() {
         ),
         "1"
     );
+}
+
+#[test]
+fn override_series_only_with_overrides() {
+    const IF: &str = "iface=\"veth-rsspp0\"";
+    let (_, samples) = parse(&render(&snapshot()));
+    assert_eq!(
+        value_of(&samples, &format!("{}{{{IF}}}", names::OVERRIDES)),
+        "2"
+    );
+    assert_eq!(
+        value_of(
+            &samples,
+            &format!("{}{{{IF}}}", names::ELEPHANTS_MOVED_TOTAL)
+        ),
+        "3"
+    );
+    let text = render(&MetricsSnapshot::new("lo", "hardware"));
+    assert!(!text.contains(names::OVERRIDES), "{text}");
 }
 
 #[test]

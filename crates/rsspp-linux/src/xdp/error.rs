@@ -5,7 +5,9 @@
 use std::fmt;
 use std::io;
 
-use super::options::{AttachMode, MAX_CPUMAP_QUEUE, MAX_RETA_SIZE, MAX_STEERING_CPU};
+use super::options::{
+    AttachMode, MAX_CPUMAP_QUEUE, MAX_OVERRIDE_SLOTS, MAX_RETA_SIZE, MAX_STEERING_CPU,
+};
 use crate::cpu::CpuError;
 
 /// What went wrong with the XDP programs of one interface.
@@ -110,6 +112,17 @@ pub enum XdpErrorKind {
     /// Order-preserving moves asked for in skb mode.
     #[error("order-preserving moves need native mode: in skb mode the kernel passes no XDP metadata to the CPUMAP program")]
     OrderedMovesNeedNative,
+    /// More override slots than the programs take.
+    #[error("{0} per-flow overrides: at most {MAX_OVERRIDE_SLOTS}")]
+    OverrideSlots(usize),
+    /// An override slot past the ones loaded.
+    #[error("override slot {slot} is outside the {slots} loaded")]
+    SlotOutOfRange {
+        /// The slot.
+        slot: usize,
+        /// Slots loaded.
+        slots: usize,
+    },
     /// A CPU number too high for the table's entries.
     #[error("CPU {0} is above {MAX_STEERING_CPU}, the highest a steering table can name")]
     CpuTooHigh(u32),

@@ -16,8 +16,8 @@ use rsspp_core::flow::MAX_HASH_INPUT;
 use rsspp_core::Toeplitz;
 
 use super::{
-    AttachMode, Kind, Maps, Program, Xdp, XdpError, XdpErrorKind, XdpOptions, HANDOFF_GUARD,
-    MAX_CPUMAP_QUEUE, MAX_RETA_SIZE, MAX_STEERING_CPU,
+    AttachMode, Kind, Maps, Program, Xdp, XdpError, XdpErrorKind, XdpOptions, FLOW_COUNT_ENTRIES,
+    HANDOFF_GUARD, MAX_CPUMAP_QUEUE, MAX_OVERRIDE_SLOTS, MAX_RETA_SIZE, MAX_STEERING_CPU,
 };
 use crate::cpu::CpuList;
 use crate::skel::{types, RssppSkelBuilder};
@@ -36,6 +36,9 @@ impl Xdp {
         let refuse = |kind| Err(XdpError::new(&iface, kind));
         if !opts.reta_size.is_power_of_two() || opts.reta_size > MAX_RETA_SIZE {
             return refuse(XdpErrorKind::TableSize(opts.reta_size));
+        }
+        if opts.override_slots > MAX_OVERRIDE_SLOTS {
+            return refuse(XdpErrorKind::OverrideSlots(opts.override_slots));
         }
         let (kind, steer) = match program {
             Program::Steer {
@@ -82,6 +85,12 @@ impl Xdp {
             default_cpu: opts.default_cpu,
             use_rx_hash: u32::from(kind == Kind::CountRxHash),
             handoff_guard_ns: HANDOFF_GUARD.as_nanos() as u32,
+            override_slots: opts.override_slots.max(1) as u32,
+        };
+        let override_slots = if kind == Kind::Steer {
+            opts.override_slots
+        } else {
+            0
         };
         let (prog, dequeue, maps) = load_object(
             &iface,
@@ -106,6 +115,7 @@ impl Xdp {
             kind,
             reta_size: opts.reta_size,
             possible_cpus,
+            override_slots,
             targets,
             prog,
             ordered_moves: steer.as_ref().is_some_and(|&(_, _, o)| o),
@@ -242,9 +252,29 @@ fn load_object(
         .rsspp_cpus
         .set_max_entries(possible_cpus as u32)
         .map_err(&sizing)?;
+    // The buckets' handoffs, then the override slots'.
+    let slots = settings.override_slots as usize;
     open.maps
         .rsspp_handoff
+        .set_max_entries((reta_size + slots) as u32)
+        .map_err(&sizing)?;
+    open.maps
+        .rsspp_bucket_flags
         .set_max_entries(reta_size as u32)
+        .map_err(&sizing)?;
+    // Twice the slots, and at least a few per CPU: an LRU map takes free
+    // entries from per-CPU lists, and may evict before it is full.
+    open.maps
+        .rsspp_overrides
+        .set_max_entries((2 * slots).max(64 * possible_cpus) as u32)
+        .map_err(&sizing)?;
+    open.maps
+        .rsspp_override_packets
+        .set_max_entries((slots * possible_cpus) as u32)
+        .map_err(&sizing)?;
+    open.maps
+        .rsspp_flow_packets
+        .set_max_entries(FLOW_COUNT_ENTRIES)
         .map_err(&sizing)?;
     open.maps
         .rsspp_cpumap_drops
@@ -258,6 +288,10 @@ fn load_object(
             &mut open.maps.rsspp_handoff,
             &mut open.maps.rsspp_cpumap_drops,
             &mut open.maps.rsspp_cpumap_id,
+            &mut open.maps.rsspp_bucket_flags,
+            &mut open.maps.rsspp_overrides,
+            &mut open.maps.rsspp_override_packets,
+            &mut open.maps.rsspp_flow_packets,
         ] {
             map.set_autocreate(false).map_err(&sizing)?;
         }
@@ -324,6 +358,25 @@ fn load_object(
         handoff: steering_map(&skel.maps.rsspp_handoff)?,
         cpumap_drops: steering_map(&skel.maps.rsspp_cpumap_drops)?,
         cpumap_id: steering_map(&skel.maps.rsspp_cpumap_id)?,
+        bucket_flags: steering_map(&skel.maps.rsspp_bucket_flags)?,
+        overrides: steering_map(&skel.maps.rsspp_overrides)?,
+        override_packets: match steering_map(&skel.maps.rsspp_override_packets)? {
+            Some(map) => {
+                let len = slots * possible_cpus;
+                let rows = super::maps::Mapped::new(&map, len).map_err(|source| {
+                    XdpError::new(
+                        iface,
+                        XdpErrorKind::Os {
+                            what: "mapping the override counters",
+                            source,
+                        },
+                    )
+                })?;
+                Some((map, rows))
+            }
+            None => None,
+        },
+        flow_packets: steering_map(&skel.maps.rsspp_flow_packets)?,
         drops_prog,
         buckets: {
             let map = MapHandle::try_from(&skel.maps.rsspp_buckets).map_err(&handle)?;

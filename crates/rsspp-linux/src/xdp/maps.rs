@@ -39,6 +39,8 @@ pub struct OtherCounts {
     /// Frames of a bucket in handoff that found no room for the stamp in
     /// the XDP metadata area (not tracked: the handoff waits for the next).
     pub handoff_no_meta: u64,
+    /// Frames steered by their flow's override rather than the table.
+    pub overridden: u64,
 }
 
 /// How far a bucket's handoff has drained.
@@ -139,7 +141,7 @@ pub struct Entry {
 }
 
 impl Entry {
-    fn decode(raw: u32) -> Self {
+    pub(super) fn decode(raw: u32) -> Self {
         let next = raw >> ENTRY_NEXT_SHIFT;
         Entry {
             cpu: raw & ENTRY_CPU_MASK,
@@ -147,7 +149,7 @@ impl Entry {
         }
     }
 
-    fn encode(self) -> u32 {
+    pub(super) fn encode(self) -> u32 {
         self.cpu | self.next.map_or(0, |n| (n + 1) << ENTRY_NEXT_SHIFT)
     }
 }
@@ -299,13 +301,19 @@ impl Xdp {
                     size: self.reta_size,
                 }));
             }
-            for cpu in [Some(e.cpu), e.next].into_iter().flatten() {
-                if self.targets.binary_search(&cpu).is_err() {
-                    return Err(self.error(XdpErrorKind::CpuNotSteered {
-                        cpu,
-                        targets: CpuList::from_cpus(self.targets.clone()).to_string(),
-                    }));
-                }
+            self.check_cpus(e)?;
+        }
+        Ok(())
+    }
+
+    /// Checks that an entry names only steering CPUs.
+    pub(super) fn check_cpus(&self, e: Entry) -> Result<(), XdpError> {
+        for cpu in [Some(e.cpu), e.next].into_iter().flatten() {
+            if self.targets.binary_search(&cpu).is_err() {
+                return Err(self.error(XdpErrorKind::CpuNotSteered {
+                    cpu,
+                    targets: CpuList::from_cpus(self.targets.clone()).to_string(),
+                }));
             }
         }
         Ok(())
@@ -379,6 +387,7 @@ impl Xdp {
             handoff_switched: at(Counter::COUNTER_HANDOFF_SWITCHED),
             handoff_held: at(Counter::COUNTER_HANDOFF_HELD),
             handoff_no_meta: at(Counter::COUNTER_HANDOFF_NO_META),
+            overridden: at(Counter::COUNTER_OVERRIDDEN),
         })
     }
 

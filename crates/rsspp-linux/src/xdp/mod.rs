@@ -15,7 +15,8 @@
 //! One file per concern: `options` (attach modes, what to load), `error`,
 //! `load` (the object, its settings and maps), `attach` (link and netlink
 //! attach, detach, keep), `maps` (the table and the per-CPU counters, read
-//! and written in batches), `test_run` (`BPF_PROG_TEST_RUN`).
+//! and written in batches), `flows` (per-flow overrides, hot buckets and
+//! their flows' counts), `test_run` (`BPF_PROG_TEST_RUN`).
 //!
 //! The interface index is resolved, and the netlink calls made, in the
 //! network namespace of the calling thread: load, attach and detach from
@@ -23,6 +24,7 @@
 
 mod attach;
 mod error;
+mod flows;
 mod load;
 mod maps;
 mod options;
@@ -33,10 +35,11 @@ use std::os::fd::{AsFd, OwnedFd};
 use libbpf_rs::{MapCore, MapHandle};
 
 pub use error::{XdpError, XdpErrorKind};
+pub use flows::{FlowInput, BUCKET_HOT, BUCKET_OVERRIDES};
 pub use maps::{Entry, HandoffState, OtherCounts};
 pub use options::{
-    AttachMode, BadAttachMode, Program, XdpOptions, DEFAULT_CPUMAP_QUEUE, HANDOFF_GUARD,
-    MAX_CPUMAP_QUEUE, MAX_RETA_SIZE, MAX_STEERING_CPU,
+    AttachMode, BadAttachMode, Program, XdpOptions, DEFAULT_CPUMAP_QUEUE, FLOW_COUNT_ENTRIES,
+    HANDOFF_GUARD, MAX_CPUMAP_QUEUE, MAX_OVERRIDE_SLOTS, MAX_RETA_SIZE, MAX_STEERING_CPU,
 };
 pub use test_run::{TestRun, XdpAction};
 
@@ -58,6 +61,15 @@ struct Maps {
     cpumap_drops: Option<MapHandle>,
     /// Steering only: our CPUMAP's id, for the drop counter.
     cpumap_id: Option<MapHandle>,
+    /// Steering only: per bucket, hot and has overrides.
+    bucket_flags: Option<MapHandle>,
+    /// Steering only: the per-flow overrides.
+    overrides: Option<MapHandle>,
+    /// Steering only: packets of each override slot, one row per CPU, and
+    /// their memory mapping.
+    override_packets: Option<(MapHandle, maps::Mapped)>,
+    /// Steering only: packets per flow of the hot buckets.
+    flow_packets: Option<MapHandle>,
     /// Steering only: the drop counter, attached after load.
     drops_prog: Option<OwnedFd>,
     /// The per-bucket counters, one row per CPU, and their memory mapping.
@@ -76,6 +88,8 @@ pub struct Xdp {
     kind: Kind,
     reta_size: usize,
     possible_cpus: usize,
+    /// Per-flow override slots (steering).
+    override_slots: usize,
     /// CPUs with a CPUMAP entry, sorted: the only ones a table may name.
     targets: Vec<u32>,
     prog: OwnedFd,

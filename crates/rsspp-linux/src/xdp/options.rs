@@ -11,6 +11,13 @@ use rsspp_core::RssKey;
 /// table and bucket maps, whose C definitions hold placeholders).
 pub const MAX_RETA_SIZE: usize = 65_536;
 
+/// Most per-flow override slots ([`XdpOptions::override_slots`]).
+pub const MAX_OVERRIDE_SLOTS: usize = 65_536;
+
+/// Flows of the hot buckets counted one by one between two reads of the
+/// daemon (an LRU map: past this, the least recently seen are dropped).
+pub const FLOW_COUNT_ENTRIES: u32 = 4096;
+
 /// Default length of a CPUMAP entry's queue, in frames (what xdp-tools'
 /// `xdp-bench redirect-cpu` uses).
 pub const DEFAULT_CPUMAP_QUEUE: u32 = 2048;
@@ -98,11 +105,15 @@ pub struct XdpOptions {
     /// Replace another XDP program attached in the same mode (it is put
     /// back on detach).
     pub force: bool,
+    /// Steering: per-flow overrides the program can hold (0: none; the
+    /// maps are then of one entry, and no bucket is ever flagged), at most
+    /// [`MAX_OVERRIDE_SLOTS`].
+    pub override_slots: usize,
 }
 
 impl XdpOptions {
     /// Native mode, a 128-bucket table, Microsoft's key, default CPU 0,
-    /// no force.
+    /// no force, no override slots.
     pub fn new(iface: impl Into<String>) -> Self {
         Self {
             iface: iface.into(),
@@ -111,6 +122,7 @@ impl XdpOptions {
             key: RssKey::microsoft(),
             default_cpu: 0,
             force: false,
+            override_slots: 0,
         }
     }
 }

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use rsspp_core::balance::BalanceError;
+use rsspp_core::orss::OverrideConfig;
 use rsspp_core::{ControlConfig, Setting};
 use rsspp_linux::cpu::CpuList;
 use rsspp_linux::service::{
@@ -178,6 +179,15 @@ pub struct RunArgs {
     /// Software mode: frames queued per CPU before the CPUMAP drops.
     #[arg(long, default_value_t = DEFAULT_CPUMAP_QUEUE, value_name = "N")]
     cpumap_queue: u32,
+    /// Software mode: per-flow overrides of the table (elephants inside
+    /// buckets): flows are counted one by one in the heaviest buckets, and
+    /// elephants sharing a bucket are steered to CPUs of their own, in
+    /// order, with oRSS's balancer rules.
+    #[arg(long, value_enum, default_value = "on", value_name = "on|off")]
+    elephants: OnOff,
+    /// Software mode: most flows steered on their own at once.
+    #[arg(long, default_value_t = OverrideConfig::default().max_overrides, value_name = "N")]
+    max_overrides: usize,
 }
 
 /// The options as the service's settings; a bad value is named by its
@@ -271,6 +281,10 @@ fn check(args: &RunArgs) -> Result<ServiceConfig, CliError> {
             MovesArg::Immediate => Moves::Immediate,
         },
         bucket_metrics: args.bucket_metrics.map(|b| b == OnOff::On),
+        elephants: (args.elephants == OnOff::On).then_some(OverrideConfig {
+            max_overrides: args.max_overrides,
+            ..OverrideConfig::default()
+        }),
         ..ServiceConfig::new(args.iface.clone(), Vec::new())
     };
     config.validate().map_err(|e| match e {
@@ -294,6 +308,7 @@ fn bad_option(args: &RunArgs, e: BalanceError) -> CliError {
             Setting::TargetLoad => ("--target-load", args.target_load.to_string()),
             Setting::MinImprovement => ("--min-improvement", args.min_improvement.to_string()),
             Setting::MinDwell => ("--min-dwell-ms", args.min_dwell_ms.to_string()),
+            Setting::MaxOverrides => ("--max-overrides", args.max_overrides.to_string()),
             // Not options of `rsspp run`: left at core's defaults.
             _ => return None,
         })
