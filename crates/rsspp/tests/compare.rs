@@ -86,10 +86,25 @@ fn bad_options_are_refused_with_a_clear_message() {
     refused(&["--policies", "rss,magic"], "unknown policy 'magic'");
     refused(&["--policies", ""], "at least one");
     refused(&["--cores", "0"], "--cores must be between 1 and 64");
-    refused(&["--load", "0"], "load must be in (0, 1.5]");
-    refused(&["--load", "nan"], "load must be in (0, 1.5]");
+    refused(
+        &["--load", "0"],
+        "rsspp: error: --load must be more than 0 and at most 1.5, got 0\n",
+    );
+    // A negative value is the option's value, not an unknown flag.
+    refused(
+        &["--load", "-1"],
+        "rsspp: error: --load must be more than 0 and at most 1.5, got -1\n",
+    );
+    refused(&["--load", "nan"], "--load must be more than 0 and at most 1.5");
     refused(&["--speed", "-2"], "replay speed must be a positive number");
-    refused(&["--duration", "0"], "duration must be between 0 and 86400");
+    refused(
+        &["--duration", "0"],
+        "rsspp: error: --duration must be more than 0 and at most 86400 seconds, got 0\n",
+    );
+    refused(
+        &["--duration", "-1"],
+        "--duration must be more than 0 and at most 86400 seconds, got -1",
+    );
     refused(&["--queue-size", "0"], "--queue-size must be at least 1");
     refused(
         &["--interval-ms", "0"],

@@ -126,6 +126,33 @@ fn bad_captures_and_options_fail_with_a_message() {
         .assert()
         .failure()
         .stderr(predicate::str::contains("snaplen"));
+    // The duration's range in the same words as `rsspp compare`'s, a
+    // negative value included (not taken for an unknown flag).
+    for (value, message) in [
+        (
+            "0",
+            "rsspp: error: --duration must be more than 0 and at most 86400 seconds, got 0\n",
+        ),
+        (
+            "-1",
+            "rsspp: error: --duration must be more than 0 and at most 86400 seconds, got -1\n",
+        ),
+    ] {
+        rsspp()
+            .args(["trace", "gen", "--preset", "campus", "-o", "-"])
+            .args(["--duration", value])
+            .assert()
+            .failure()
+            .code(1)
+            .stdout("")
+            .stderr(predicate::str::diff(message));
+    }
+    rsspp()
+        .args(["trace", "gen", "--preset", "campus", "-o", "-", "--pps", "-5"])
+        .assert()
+        .failure()
+        .code(1)
+        .stderr(predicate::str::diff("rsspp: error: --pps must be positive, got -5\n"));
 }
 
 #[test]

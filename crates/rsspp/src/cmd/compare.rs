@@ -101,18 +101,20 @@ pub struct CompareArgs {
     /// Policies to compare, comma-separated.
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     policies: Option<Vec<String>>,
-    /// Replay speed chosen so that the average core load is X.
+    /// Replay speed chosen so that the average core load is X (more than
+    /// 0, at most 1.5).
     #[arg(
         long,
         default_value_t = 0.8,
         value_name = "X",
-        conflicts_with = "speed"
+        conflicts_with = "speed",
+        allow_negative_numbers = true
     )]
     load: f64,
     /// Replay speed (1 = the trace's own timing) instead of --load.
     #[arg(long, value_name = "X", allow_negative_numbers = true)]
     speed: Option<f64>,
-    /// Simulated seconds.
+    /// Simulated seconds (more than 0, at most 86400).
     #[arg(
         long,
         default_value_t = 10.0,
@@ -220,6 +222,14 @@ pub struct CompareArgs {
     no_report: bool,
 }
 
+/// The longest simulation `--duration` asks for, seconds (a day, as for a
+/// generated trace; the simulator's own limit).
+const MAX_DURATION_S: f64 = rsspp_trace::generate::MAX_DURATION_S;
+
+/// The highest `--load` (the simulator's limit: beyond it the pilot's
+/// estimate of the needed speed means little).
+const MAX_LOAD: f64 = 1.5;
+
 /// Checks `--interval-ms` and `--target-load` with core's own ranges.
 fn check_control(args: &CompareArgs) -> Result<(), CliError> {
     let defaults = ControlConfig::default();
@@ -259,6 +269,20 @@ pub fn run_compare(args: &CompareArgs) -> Result<(), CliError> {
             flag: "--cores",
             expected: "between 1 and 64".into(),
             value: args.cores.to_string(),
+        });
+    }
+    if !(args.duration.is_finite() && args.duration > 0.0 && args.duration <= MAX_DURATION_S) {
+        return Err(CliError::OutOfRange {
+            flag: "--duration",
+            expected: format!("more than 0 and at most {MAX_DURATION_S} seconds").into(),
+            value: args.duration.to_string(),
+        });
+    }
+    if args.speed.is_none() && !(args.load > 0.0 && args.load <= MAX_LOAD) {
+        return Err(CliError::OutOfRange {
+            flag: "--load",
+            expected: format!("more than 0 and at most {MAX_LOAD}").into(),
+            value: args.load.to_string(),
         });
     }
     let source = match &args.trace {

@@ -61,14 +61,24 @@ pub struct GenArgs {
     /// Traffic preset.
     #[arg(long, value_enum)]
     preset: PresetName,
-    /// Trace length, seconds.
-    #[arg(long, default_value_t = 10.0, value_name = "S")]
+    /// Trace length, seconds (more than 0, at most 86400).
+    #[arg(
+        long,
+        default_value_t = 10.0,
+        value_name = "S",
+        allow_negative_numbers = true
+    )]
     duration: f64,
     /// Replay the preset X times faster (timestamps compressed).
-    #[arg(long, value_name = "X", conflicts_with = "pps")]
+    #[arg(
+        long,
+        value_name = "X",
+        conflicts_with = "pps",
+        allow_negative_numbers = true
+    )]
     speed: Option<f64>,
     /// Target packet rate (sets the speed).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pps: Option<f64>,
     /// Random seed: the same seed gives the same file.
     #[arg(long, default_value_t = 1, value_name = "N")]
@@ -155,6 +165,14 @@ fn generate(args: &GenArgs) -> Result<(), CliError> {
         PresetName::Elephants => Preset::Elephants,
         PresetName::ShortConnections => Preset::ShortConnections,
     };
+    let max = rsspp_trace::generate::MAX_DURATION_S;
+    if !(args.duration.is_finite() && args.duration > 0.0 && args.duration <= max) {
+        return Err(CliError::OutOfRange {
+            flag: "--duration",
+            expected: format!("more than 0 and at most {max} seconds").into(),
+            value: args.duration.to_string(),
+        });
+    }
     let mut config = GenConfig::new(preset);
     config.duration_s = args.duration;
     config.seed = args.seed;
