@@ -85,6 +85,15 @@ fn the_table_names_every_policy() {
 fn bad_options_are_refused_with_a_clear_message() {
     refused(&["--policies", "rss,magic"], "unknown policy 'magic'");
     refused(&["--policies", ""], "at least one");
+    refused(
+        &["--policies", "rss,,rsspp"],
+        "rsspp: error: --policies rss,,rsspp: an empty name (two commas in a row, or one at an end)\n",
+    );
+    refused(&["--policies", "rss,"], "--policies rss,: an empty name");
+    refused(
+        &["--policies", "rss,rsspp,rss"],
+        "rsspp: error: --policies names rss twice: name each policy once\n",
+    );
     refused(&["--cores", "0"], "--cores must be between 1 and 64");
     refused(
         &["--load", "0"],

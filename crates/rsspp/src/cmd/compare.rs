@@ -98,7 +98,7 @@ pub struct CompareArgs {
     /// Processing cores simulated.
     #[arg(long, default_value_t = 8, value_name = "N")]
     cores: usize,
-    /// Policies to compare, comma-separated.
+    /// Policies to compare, comma-separated, each named once.
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     policies: Option<Vec<String>>,
     /// Replay speed chosen so that the average core load is X (more than
@@ -255,15 +255,10 @@ fn check_control(args: &CompareArgs) -> Result<(), CliError> {
 
 /// Runs `rsspp compare`.
 pub fn run_compare(args: &CompareArgs) -> Result<(), CliError> {
-    let policies: Vec<String> = match &args.policies {
-        Some(list) => list.iter().map(|s| s.trim().to_string()).collect(),
+    let policies = match &args.policies {
+        Some(list) => policy_list(list)?,
         None => POLICY_NAMES.iter().map(|s| s.to_string()).collect(),
     };
-    if policies.is_empty() || policies.iter().any(String::is_empty) {
-        return Err(CliError::Invalid(
-            "--policies needs at least one name".into(),
-        ));
-    }
     if !(1..=64).contains(&args.cores) {
         return Err(CliError::OutOfRange {
             flag: "--cores",
@@ -452,6 +447,31 @@ pub fn run_compare(args: &CompareArgs) -> Result<(), CliError> {
         .map_err(CliError::output)?;
     }
     Ok(())
+}
+
+/// The names of `--policies`, in order: none empty, none twice (a policy
+/// run twice gives the same row twice, from the same seed).
+fn policy_list(list: &[String]) -> Result<Vec<String>, CliError> {
+    let names: Vec<String> = list.iter().map(|s| s.trim().to_string()).collect();
+    if names.iter().all(String::is_empty) {
+        return Err(CliError::Invalid(
+            "--policies needs at least one name".into(),
+        ));
+    }
+    if names.iter().any(String::is_empty) {
+        return Err(CliError::Invalid(format!(
+            "--policies {}: an empty name (two commas in a row, or one at an end)",
+            list.join(",")
+        )));
+    }
+    for (i, name) in names.iter().enumerate() {
+        if names[..i].contains(name) {
+            return Err(CliError::Invalid(format!(
+                "--policies names {name} twice: name each policy once"
+            )));
+        }
+    }
+    Ok(names)
 }
 
 /// Reads `--cost-model` and sets `cost` from it; returns the function's
