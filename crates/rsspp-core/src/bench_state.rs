@@ -51,7 +51,7 @@ pub struct BenchStateConfig {
     pub change_interval_ms: u64,
     /// Buckets moved by each rewrite.
     pub moves_per_change: usize,
-    /// Indirection-table size (a power of two, 64–65536).
+    /// Indirection-table size (a power of two from 64 to 65536).
     pub buckets: usize,
     /// Lock stripes of the shared table.
     pub stripes: usize,

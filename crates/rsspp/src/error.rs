@@ -182,6 +182,17 @@ impl CliError {
         }
     }
 
+    /// Checks an option's indirection-table size against core's rule
+    /// ([`rsspp_core::reta::SIZE_RULE`], the one statement of it): refused,
+    /// the option is named.
+    pub fn check_table_size(flag: &'static str, size: usize) -> Result<(), CliError> {
+        rsspp_core::reta::check_size(size).map_err(|_| CliError::OutOfRange {
+            flag,
+            expected: rsspp_core::reta::SIZE_RULE.into(),
+            value: size.to_string(),
+        })
+    }
+
     /// Wraps an output error, keeping a closed pipe apart.
     pub fn output(source: std::io::Error) -> Self {
         if source.kind() == std::io::ErrorKind::BrokenPipe {

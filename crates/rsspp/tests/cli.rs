@@ -157,7 +157,7 @@ fn hash_rejects_bad_input_with_one_clear_line() {
         ),
         (
             &["hash", "--reta-size", "100", "1.1.1.1", "2.2.2.2"],
-            "size 100 is not a power of two",
+            "--reta-size must be a power of two from 64 to 65536, got 100",
         ),
     ];
     for (args, message) in cases {

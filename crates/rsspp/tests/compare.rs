@@ -131,7 +131,14 @@ fn bad_options_are_refused_with_a_clear_message() {
         &["--table-update-us", "-1"],
         "--table-update-us must be between",
     );
-    refused(&["--reta-size", "100"], "power of two");
+    refused(
+        &["--reta-size", "100"],
+        "rsspp: error: --reta-size must be a power of two from 64 to 65536, got 100\n",
+    );
+    refused(
+        &["--reta-size", "1"],
+        "--reta-size must be a power of two from 64 to 65536, got 1",
+    );
     refused(&["--clock-ghz", "0"], "clock must be in (0, 10]");
     refused(&["--work-skew", "9"], "work skew must be in [0, 4]");
     refused(

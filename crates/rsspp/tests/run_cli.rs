@@ -109,6 +109,10 @@ fn bad_options_are_refused_before_anything_is_touched() {
             &["--iface", "lo", "--mode", "hardware", "--context", "0"],
             "--context 0 is the NIC's main table",
         ),
+        (
+            &["--iface", "lo", "--reta-size", "1"],
+            "--reta-size must be a power of two from 64 to 65536, got 1",
+        ),
     ];
     for (args, message) in cases {
         refused(&run(None, args), message);

@@ -84,7 +84,7 @@ pub struct BenchNfArgs {
 /// Arguments of `rsspp bench daemon`.
 #[derive(Debug, Clone, Args)]
 pub struct BenchDaemonArgs {
-    /// Table sizes to measure (powers of two, 64–65536).
+    /// Table sizes to measure (each a power of two from 64 to 65536).
     #[arg(long, value_delimiter = ',', default_values_t = [128, 4096, 65536])]
     reta_sizes: Vec<usize>,
     /// Rounds per size.
@@ -123,7 +123,7 @@ pub struct BenchStateArgs {
     /// Buckets moved by each rewrite.
     #[arg(long, default_value_t = 16)]
     moves_per_change: usize,
-    /// Indirection-table size (a power of two, 64–65536).
+    /// Indirection-table size (a power of two from 64 to 65536).
     #[arg(long, default_value_t = 512)]
     buckets: usize,
     /// Lock stripes of the shared table.
@@ -412,6 +412,9 @@ struct DaemonRow {
 
 /// `rsspp bench daemon`.
 fn run_daemon(args: &BenchDaemonArgs) -> Result<(), CliError> {
+    for &size in &args.reta_sizes {
+        CliError::check_table_size("--reta-sizes", size)?;
+    }
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         return Err(CliError::Invalid(
@@ -435,11 +438,6 @@ fn run_daemon(args: &BenchDaemonArgs) -> Result<(), CliError> {
     };
     let mut rows = Vec::new();
     for &size in &args.reta_sizes {
-        if !(64..=65_536).contains(&size) || !size.is_power_of_two() {
-            return Err(CliError::Invalid(format!(
-                "--reta-sizes: {size} is not a power of two from 64 to 65536"
-            )));
-        }
         let c = rsspp_linux::bench_daemon::measure(size, args.rounds, args.pps, bucket_metrics)?;
         rows.push(DaemonRow {
             reta_size: c.reta_size,
@@ -497,6 +495,7 @@ fn thread_cpu_ns() -> Option<u64> {
 
 /// `rsspp bench state`: runs both variants and prints the summary or JSON.
 fn run_state(args: &BenchStateArgs) -> Result<(), CliError> {
+    CliError::check_table_size("--buckets", args.buckets)?;
     let config = BenchStateConfig {
         seconds: args.seconds,
         flows: args.flows,

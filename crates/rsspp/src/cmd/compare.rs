@@ -166,7 +166,7 @@ pub struct CompareArgs {
     /// Descriptors per receive queue.
     #[arg(long, default_value_t = 4096, value_name = "N")]
     queue_size: usize,
-    /// Indirection table size.
+    /// Indirection table size (a power of two from 64 to 65536).
     #[arg(long, default_value_t = 512, value_name = "N")]
     reta_size: usize,
     /// Replay along the RSS++ paper's Figure 11 shape: the rate climbs from
@@ -266,6 +266,7 @@ pub fn run_compare(args: &CompareArgs) -> Result<(), CliError> {
             value: args.cores.to_string(),
         });
     }
+    CliError::check_table_size("--reta-size", args.reta_size)?;
     if !(args.duration.is_finite() && args.duration > 0.0 && args.duration <= MAX_DURATION_S) {
         return Err(CliError::OutOfRange {
             flag: "--duration",

@@ -30,7 +30,7 @@ pub struct DemoArgs {
     /// Cores serving the table.
     #[arg(long, default_value_t = 8)]
     cores: usize,
-    /// Indirection table size (power of two, 64–65536).
+    /// Indirection table size (a power of two from 64 to 65536).
     #[arg(long, default_value_t = 128)]
     buckets: usize,
     /// Average demand per core, in cores (0.7 = 70%).
@@ -120,6 +120,7 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
     } else {
         args.cores
     };
+    CliError::check_table_size("--buckets", args.buckets)?;
     let table = IndirectionTable::equal(args.buckets, first_cores)?;
     if args.buckets <= first_cores {
         return Err(CliError::Invalid(format!(

@@ -88,8 +88,8 @@ pub struct RunArgs {
     /// nic show`), kernel list syntax: 0-3,6. Default: every online CPU.
     #[arg(long, value_name = "LIST")]
     cpus: Option<String>,
-    /// Buckets in the table (software mode: a power of two, 64 to 65536,
-    /// default 128; hardware mode: the NIC's size, read from it).
+    /// Buckets in the table (software mode: a power of two from 64 to
+    /// 65536, default 128; hardware mode: the NIC's size, read from it).
     #[arg(long, value_name = "N")]
     reta_size: Option<usize>,
     /// Interval between rebalancing rounds.
@@ -216,6 +216,9 @@ fn check(args: &RunArgs) -> Result<ServiceConfig, CliError> {
         return Err(CliError::Invalid(
             "--context 0 is the NIC's main table: leave --context out to balance it".into(),
         ));
+    }
+    if let (Mode::Software, Some(size)) = (args.mode, args.reta_size) {
+        CliError::check_table_size("--reta-size", size)?;
     }
     let mut control = ControlConfig {
         interval: Duration::from_millis(args.interval_ms),
