@@ -125,6 +125,18 @@ fn bad_options_are_refused_before_anything_is_touched() {
 }
 
 #[test]
+fn a_refused_native_attach_names_the_flag_for_skb_mode() {
+    if !is_root() {
+        return;
+    }
+    // The loopback device has no native XDP: the advice names the flag.
+    refused(
+        &run(None, &["--iface", "lo", "--duration", "0.2"]),
+        "the driver may lack XDP support: try --xdp-mode skb",
+    );
+}
+
+#[test]
 fn an_unknown_interface_is_named() {
     if !is_root() {
         return;
@@ -188,7 +200,7 @@ fn another_xdp_program_is_kept_unless_forced() {
     let out = run(Some(&ns), &["--iface", "veth1", "--duration", "0.3"]);
     refused(&out, "another XDP program");
     refused(&out, foreign::NAME);
-    refused(&out, "force");
+    refused(&out, "is attached; --force replaces it");
     assert_eq!(ns.xdp_of("veth1"), Some(kept.clone()));
 
     // --force replaces it while running and puts it back on exit.
