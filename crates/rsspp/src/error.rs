@@ -153,12 +153,25 @@ pub enum CliError {
     /// online CPUs that cannot be read.
     #[error(transparent)]
     Cpu(#[from] rsspp_linux::cpu::CpuError),
+    /// No interface of that name (`rsspp nf`'s runtime found none), said
+    /// as every other command says it.
+    #[error("{0}: no such interface in this network namespace")]
+    NoInterface(String),
     /// `rsspp nf` could not start or run.
     #[error(transparent)]
-    Runtime(#[from] rsspp_runtime::RuntimeError),
+    Runtime(rsspp_runtime::RuntimeError),
     /// `rsspp serve` could not start or run.
     #[error(transparent)]
     Accept(#[from] rsspp_accept::AcceptError),
+}
+
+impl From<rsspp_runtime::RuntimeError> for CliError {
+    fn from(e: rsspp_runtime::RuntimeError) -> Self {
+        match e {
+            rsspp_runtime::RuntimeError::NoInterface(iface) => CliError::NoInterface(iface),
+            e => CliError::Runtime(e),
+        }
+    }
 }
 
 impl CliError {

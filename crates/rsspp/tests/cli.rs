@@ -526,7 +526,7 @@ fn nf_refuses_a_missing_interface_in_one_line() {
     // Checked before anything is created, with or without root.
     assert_eq!(
         String::from_utf8_lossy(&out.stderr),
-        "rsspp: error: no network interface named \"rsspp-none0\"\n"
+        "rsspp: error: rsspp-none0: no such interface in this network namespace\n"
     );
 }
 

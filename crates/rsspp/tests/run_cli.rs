@@ -141,11 +141,18 @@ fn an_unknown_interface_is_named() {
     if !is_root() {
         return;
     }
-    refused(&run(None, &["--iface", "rsspp-nosuch0"]), "rsspp-nosuch0");
+    // In the words of every command (nic, nf, detach): one wording.
+    let said = "rsspp: error: rsspp-nosuch0: no such interface in this network namespace\n";
+    refused(&run(None, &["--iface", "rsspp-nosuch0"]), said);
     refused(
         &run(None, &["--iface", "rsspp-nosuch0", "--mode", "hardware"]),
-        "rsspp-nosuch0",
+        said,
     );
+    let out = Command::new(RSSPP)
+        .args(["detach", "--iface", "rsspp-nosuch0"])
+        .output()
+        .unwrap();
+    refused(&out, said);
 }
 
 #[test]
