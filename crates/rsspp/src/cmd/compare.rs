@@ -75,7 +75,8 @@ rsspp compare --policies rss --reframer 64 --cache-flows 16\n  \
 rsspp compare --trace capture.pcap --cores 4 --json > result.json\n  \
 rsspp compare --policies rss,sprayer --sweep --out sweep.html\n\n\
 The HTML report (per-core load heatmaps, imbalance, latency CDF, drops, cores in use) is\n\
-self-contained: it opens offline in any browser.")]
+self-contained: it opens offline in any browser. It is written to rsspp-compare.html unless\n\
+--out names another file; with --json only when --out names one; never with --no-report.")]
 pub struct CompareArgs {
     /// Replay this pcap/pcapng instead of a preset ('-' for standard input).
     #[arg(long, value_name = "FILE", conflicts_with = "preset")]
@@ -205,8 +206,8 @@ pub struct CompareArgs {
     /// model an L1-sized working set, where packet locality matters most).
     #[arg(long, default_value_t = 512, value_name = "N")]
     cache_flows: u32,
-    /// Print the comparison as JSON instead of a table (the report is still
-    /// written).
+    /// Print the comparison as JSON instead of a table; no HTML report
+    /// then, unless --out names one.
     #[arg(long)]
     json: bool,
     /// Also run every policy at requested loads of 50 % to 100 % (a quarter
@@ -214,9 +215,11 @@ pub struct CompareArgs {
     /// load curves.
     #[arg(long)]
     sweep: bool,
-    /// Where to write the HTML report (replaced atomically).
-    #[arg(long, value_name = "FILE", default_value = "rsspp-compare.html")]
-    out: PathBuf,
+    /// Where to write the HTML report (replaced atomically; checked
+    /// before the simulation). Default: rsspp-compare.html, none with
+    /// --json.
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
     /// Do not write the HTML report.
     #[arg(long, conflicts_with = "out")]
     no_report: bool,
@@ -371,13 +374,14 @@ pub fn run_compare(args: &CompareArgs) -> Result<(), CliError> {
         });
     }
     // A report that cannot be written should fail now, not after the run.
-    if !args.no_report {
-        if args.out.as_os_str() == "-" {
+    let report_path = report_path(args);
+    if let Some(path) = &report_path {
+        if path.as_os_str() == "-" {
             return Err(CliError::Invalid(
                 "--out -: the report is written to a file; --no-report skips it".into(),
             ));
         }
-        atomic::check_destination(&args.out)?;
+        atomic::check_destination(path)?;
     }
     let config = CompareConfig {
         run: RunConfig {
@@ -430,13 +434,13 @@ pub fn run_compare(args: &CompareArgs) -> Result<(), CliError> {
         print_table(&mut stdout, &comparison, out.speed, out.packets).map_err(CliError::output)?;
         print_sweep(&mut stdout, &comparison.sweep).map_err(CliError::output)?;
     }
-    if !args.no_report {
-        write_report(&args.out, &comparison)?;
+    if let Some(path) = &report_path {
+        write_report(path, &comparison)?;
         // Standard output stays pure JSON with --json.
         if args.json {
-            eprintln!("report: {}", args.out.display());
+            eprintln!("report: {}", path.display());
         } else {
-            writeln!(stdout, "report: {}", args.out.display()).map_err(CliError::output)?;
+            writeln!(stdout, "report: {}", path.display()).map_err(CliError::output)?;
         }
     }
     if !args.json {
@@ -474,6 +478,21 @@ fn policy_list(list: &[String]) -> Result<Vec<String>, CliError> {
     }
     Ok(names)
 }
+
+/// Where the HTML report goes, if anywhere: `--out`, or by default
+/// `rsspp-compare.html` for the table and none with `--json` (whose reader
+/// is a program); `--no-report`: none.
+fn report_path(args: &CompareArgs) -> Option<PathBuf> {
+    match (&args.out, args.no_report, args.json) {
+        (_, true, _) => None,
+        (Some(path), false, _) => Some(path.clone()),
+        (None, false, true) => None,
+        (None, false, false) => Some(PathBuf::from(DEFAULT_REPORT)),
+    }
+}
+
+/// The report's file when `--out` names none.
+const DEFAULT_REPORT: &str = "rsspp-compare.html";
 
 /// Reads `--cost-model` and sets `cost` from it; returns the function's
 /// name and its measured nanoseconds a packet.
