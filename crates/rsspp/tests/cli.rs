@@ -396,6 +396,13 @@ fn bench_balance_reports_every_shape_within_the_quality_bar() {
         assert!(s["imbalance"].as_f64().unwrap() <= 0.03, "{s}");
         assert!(s["max_rounds"].as_u64().unwrap() <= 3, "{s}");
     }
+    // One round: no round on a converged state to time, said as n/a.
+    let text = stdout_of(rsspp().args(["bench", "balance", "--seeds", "1", "--rounds", "1"]));
+    assert!(!text.contains("NaN"), "{text}");
+    assert!(text.contains("n/a"), "{text}");
+    let out = stdout_of(rsspp().args(["bench", "balance", "--seeds", "1", "--rounds", "1", "--json"]));
+    let shapes: Vec<Value> = serde_json::from_str(&out).unwrap();
+    assert!(shapes.iter().all(|s| s["converged_round_us_median"].is_null()));
     rsspp()
         .args(["bench", "balance", "--seeds", "0"])
         .assert()
@@ -446,7 +453,7 @@ fn bench_state_reports_both_variants_and_refuses_bad_options() {
     );
     fails_with_one_clear_line(
         rsspp().args(["bench", "state", "--buckets", "100"]),
-        "size 100",
+        "--buckets must be a power of two from 64 to 65536, got 100",
     );
 }
 

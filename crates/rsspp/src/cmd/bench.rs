@@ -180,8 +180,9 @@ struct ShapeResult {
     max_rounds: usize,
     /// Median time of the first (most skewed) round, µs.
     first_round_us_median: f64,
-    /// Median time of a round on the converged state, µs.
-    converged_round_us_median: f64,
+    /// Median time of a round on the converged state, µs; none when no
+    /// round converged within --rounds (JSON null).
+    converged_round_us_median: Option<f64>,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -216,7 +217,7 @@ fn run_shape(cores: usize, buckets: usize, args: &BenchBalanceArgs) -> ShapeResu
         moved_fraction: 0.0,
         max_rounds: 0,
         first_round_us_median: 0.0,
-        converged_round_us_median: 0.0,
+        converged_round_us_median: None,
     };
     let (mut first, mut converged) = (Vec::new(), Vec::new());
     for seed in 0..args.seeds {
@@ -255,11 +256,7 @@ fn run_shape(cores: usize, buckets: usize, args: &BenchBalanceArgs) -> ShapeResu
     }
     r.moved_fraction /= r.cases as f64;
     r.first_round_us_median = median(first);
-    r.converged_round_us_median = if converged.is_empty() {
-        f64::NAN
-    } else {
-        median(converged)
-    };
+    r.converged_round_us_median = (!converged.is_empty()).then(|| median(converged));
     r
 }
 
@@ -622,7 +619,7 @@ fn run_balance(args: &BenchBalanceArgs) -> Result<(), CliError> {
         );
         for r in &results {
             t += &format!(
-                "{:>5} × {:<5}    {:>5}  {:>6.3} → {:<6.4}         {:>6.1}% → {:<5.2}%        {:>5.1}%   {:>5}   {:>10.1}   {:>9.1}\n",
+                "{:>5} × {:<5}    {:>5}  {:>6.3} → {:<6.4}         {:>6.1}% → {:<5.2}%        {:>5.1}%   {:>5}   {:>10.1}   {:>9}\n",
                 r.cores,
                 r.buckets,
                 r.cases,
@@ -634,10 +631,12 @@ fn run_balance(args: &BenchBalanceArgs) -> Result<(), CliError> {
                 r.max_rounds,
                 r.first_round_us_median,
                 r.converged_round_us_median
+                    .map_or_else(|| "n/a".to_string(), |us| format!("{us:.1}"))
             );
         }
         t += "makespan/optimum: most loaded core over max(heaviest bucket, mean load), the worst case of each shape;\n\
-              imbalance: (max - min) / min of the cores not holding an isolated elephant, worst case.\n";
+              imbalance: (max - min) / min of the cores not holding an isolated elephant, worst case;\n\
+              converged: a round that moved nothing (n/a: none within --rounds).\n";
         t
     };
     std::io::stdout()
