@@ -451,6 +451,12 @@ fn bench_state_reports_both_variants_and_refuses_bad_options() {
         rsspp().args(["bench", "state", "--workers", "0"]),
         "--workers must be positive, got 0",
     );
+    for flag in ["--batch", "--ring", "--stripes", "--rounds"] {
+        fails_with_one_clear_line(
+            rsspp().args(["bench", "state", flag, "0"]),
+            &format!("rsspp: error: {flag} must be positive, got 0\n"),
+        );
+    }
     fails_with_one_clear_line(
         rsspp().args(["bench", "state", "--buckets", "100"]),
         "--buckets must be a power of two from 64 to 65536, got 100",

@@ -530,6 +530,10 @@ fn run_state(args: &BenchStateArgs) -> Result<(), CliError> {
                 Positive::Workers => ("--workers", args.workers.to_string()),
                 Positive::Flows => ("--flows", args.flows.to_string()),
                 Positive::Seconds => ("--seconds", args.seconds.to_string()),
+                Positive::Stripes => ("--stripes", args.stripes.to_string()),
+                Positive::Batch => ("--batch", args.batch.to_string()),
+                Positive::Ring => ("--ring", args.ring.to_string()),
+                Positive::Rounds => ("--rounds", args.rounds.to_string()),
             };
             CliError::OutOfRange {
                 flag,
