@@ -362,7 +362,37 @@ fn demo_shows_the_skewed_state_and_its_repair() {
         .args(["demo", "--buckets", "100"])
         .assert()
         .failure()
-        .stderr(predicate::str::contains("size 100"));
+        .stderr(predicate::str::contains(
+            "--buckets must be a power of two from 64 to 65536, got 100",
+        ));
+}
+
+#[test]
+fn demo_prints_each_round_as_it_ends() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    // Four rounds a second apart: the static table and the first round are
+    // on the pipe long before the last round.
+    let started = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rsspp"))
+        .args(["demo", "--rounds", "4", "--pace-ms", "1000"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first_round = lines
+        .by_ref()
+        .map(Result::unwrap)
+        .find(|l| l.starts_with("round 1:"))
+        .expect("round 1 printed");
+    let at = started.elapsed();
+    assert!(at < Duration::from_millis(2500), "round 1 after {at:?}: {first_round}");
+    assert!(child.try_wait().unwrap().is_none(), "the demo was already done");
+    let rest: Vec<String> = lines.map(Result::unwrap).collect();
+    assert!(rest.iter().any(|l| l.starts_with("round 4:")), "{rest:?}");
+    assert!(child.wait().unwrap().success());
+    assert!(started.elapsed() >= Duration::from_secs(4));
 }
 
 #[test]
