@@ -140,7 +140,8 @@ pub struct BenchStateArgs {
     ring: u64,
     /// Rounds: the variants alternate, `--seconds / --rounds` each per
     /// round; packets per second are the medians over the rounds, the ratio
-    /// the median of the rounds' ratios (this machine is shared and noisy).
+    /// the median of the rounds' ratios (steadier than one long run when
+    /// other work shares the CPUs).
     #[arg(long, default_value_t = 5)]
     rounds: usize,
 }
