@@ -54,8 +54,8 @@ enum Command {
     /// each connection on its bucket's CPU, busy cores' connections stolen.
     Serve(cmd::serve::ServeArgs),
     /// Live view of a running daemon (`rsspp run`): per-CPU load as a
-    /// heatmap over time, packet rates, imbalance ((max − min) / min of the
-    /// per-CPU packet rates, in percent), and the current table.
+    /// heatmap over time, packet rates, imbalance ((max - min) / min of the
+    /// per-CPU packet rates, %), and the current table.
     Top(cmd::top::TopArgs),
     /// A NIC's RSS indirection table through ethtool: show it, write one.
     Nic(cmd::nic::NicArgs),

@@ -77,8 +77,19 @@ fn the_table_names_every_policy() {
         .stdout(
             predicate::str::contains("rss ")
                 .and(predicate::str::contains("sprayer"))
-                .and(predicate::str::contains("imbalance")),
+                .and(predicate::str::contains("imbalance"))
+                // Named and measured as rsspp top and /metrics say it.
+                .and(predicate::str::contains(
+                    "\nimbalance: (max - min) / min of the per-CPU packet rates, % (median of 1-s samples)\n",
+                )),
         );
+    rsspp()
+        .args(["top", "--help"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "imbalance ((max - min) / min of the per-CPU packet rates, %)",
+        ));
 }
 
 #[test]

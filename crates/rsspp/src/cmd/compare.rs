@@ -674,5 +674,10 @@ fn print_table(
             stat(s.cycles_per_packet, 8, 0)
         )?;
     }
+    writeln!(
+        out,
+        "{}, % (median of 1-s samples)",
+        rsspp_core::measure::IMBALANCE_DEFINITION
+    )?;
     Ok(())
 }
