@@ -395,6 +395,44 @@ fn demo_prints_each_round_as_it_ends() {
     assert!(started.elapsed() >= Duration::from_secs(4));
 }
 
+/// `-i IFACE` as xdp-tools and tcpdump spell it, beside the long flags.
+#[test]
+fn interfaces_take_the_short_flag_i() {
+    for (args, says) in [
+        (&["run", "--help"][..], "-i, --iface <IF>"),
+        (&["nf", "--help"], "-i, --in <IFACE>"),
+        (&["serve", "--help"], "-i, --iface <IF>"),
+        (&["status", "--help"], "-i, --iface <IF>"),
+        (&["detach", "--help"], "-i, --iface <IF>"),
+        (&["compare", "--help"], "-r, --trace <FILE>"),
+        (&["trace", "stats", "--help"], "-r <FILE>"),
+    ] {
+        rsspp()
+            .args(args)
+            .assert()
+            .success()
+            .stdout(predicate::str::contains(says));
+    }
+    // Parsed as the long form: checked, and refused, alike.
+    for flag in ["-i", "--iface"] {
+        fails_with_one_clear_line(
+            rsspp().args(["run", flag, "lo", "--reta-size", "1", "--no-metrics"]),
+            "--reta-size must be a power of two from 64 to 65536, got 1",
+        );
+    }
+    for flag in ["-i", "--in"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_rsspp"))
+            .args(["nf", flag, "rsspp-none0", "--cpus", "0", "--duration", "1"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr),
+            "rsspp: error: rsspp-none0: no such interface in this network namespace\n"
+        );
+    }
+}
+
 #[test]
 fn every_command_has_help() {
     for args in [

@@ -350,3 +350,52 @@ fn a_corrupt_record_is_an_error_unless_kept_partial() {
         ));
     let _ = std::fs::remove_file(&path);
 }
+
+/// The short flags of tcpdump and xdp-tools: `-r FILE` for a capture, as
+/// the long forms and the positional file still are.
+#[test]
+fn short_flags_read_the_capture_as_the_long_ones() {
+    let path = temp("short-flags.pcap");
+    rsspp()
+        .args(["trace", "gen", "--preset", "campus", "--duration", "0.05"])
+        .arg("-o")
+        .arg(&path)
+        .assert()
+        .success();
+    let stats = |args: &[&str]| {
+        rsspp()
+            .args(["trace", "stats", "--json"])
+            .args(args)
+            .arg(&path)
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone()
+    };
+    assert_eq!(stats(&["-r"]), stats(&[]));
+    // One capture: FILE or -r FILE, not both, not neither.
+    rsspp()
+        .args(["trace", "stats", "a.pcap", "-r", "b.pcap"])
+        .assert()
+        .failure()
+        .code(2);
+    rsspp().args(["trace", "stats"]).assert().failure().code(2);
+    // compare -r FILE is compare --trace FILE.
+    let compare = |flag: &str| {
+        let out = rsspp()
+            .args(["compare", "--no-report", "--json", "--policies", "rss"])
+            .args(["--cores", "2", "--duration", "0.05", "--speed", "1"])
+            .arg(flag)
+            .arg(&path)
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        v["policies"][0]["summary"]["packets"].clone()
+    };
+    assert_eq!(compare("-r"), compare("--trace"));
+    let _ = std::fs::remove_file(&path);
+}

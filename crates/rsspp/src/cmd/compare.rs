@@ -79,7 +79,7 @@ self-contained: it opens offline in any browser. It is written to rsspp-compare.
 --out names another file; with --json only when --out names one; never with --no-report.")]
 pub struct CompareArgs {
     /// Replay this pcap/pcapng instead of a preset ('-' for standard input).
-    #[arg(long, value_name = "FILE", conflicts_with = "preset")]
+    #[arg(short = 'r', long, value_name = "FILE", conflicts_with = "preset")]
     trace: Option<PathBuf>,
     /// --trace: replay the capture again, its timestamps shifted, as many
     /// times as --duration needs (a short capture at a high load).

@@ -72,13 +72,13 @@ enum LoadArg {
 /// Arguments of `rsspp run`.
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:\n  \
-rsspp run --iface eth0 --cpus 0-7\n  \
+rsspp run -i eth0 --cpus 0-7\n  \
 rsspp run --iface eth0 --mode hardware --cpus 0-3 --autoscale\n  \
 rsspp run --iface veth0 --xdp-mode skb --no-balance --duration 30\n\n\
 Metrics are served at http://127.0.0.1:9464/metrics; watch them live with `rsspp top`.")]
 pub struct RunArgs {
     /// The interface to balance.
-    #[arg(long, value_name = "IF")]
+    #[arg(short, long, value_name = "IF")]
     iface: String,
     /// Software steering (XDP + CPUMAP) or the NIC's own table.
     #[arg(long, value_enum, default_value = "software")]

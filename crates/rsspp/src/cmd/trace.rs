@@ -111,9 +111,13 @@ pub struct GenArgs {
 ([[packets, fraction], ...]), frame_size_cdf, active_flows_per_s, new_flows_per_s, \
 heavy_hitters, spatial_locality_factor and locality."
 )]
+#[command(group(clap::ArgGroup::new("capture").required(true).args(["file", "read"])))]
 pub struct StatsArgs {
     /// pcap or pcapng file ('-' for standard input).
-    file: String,
+    file: Option<String>,
+    /// The capture, as tcpdump -r reads it (instead of FILE).
+    #[arg(short = 'r', value_name = "FILE")]
+    read: Option<String>,
     /// Print JSON instead of tables.
     #[arg(long)]
     json: bool,
@@ -227,7 +231,11 @@ fn stats(args: &StatsArgs) -> Result<(), CliError> {
         buffer_us: args.buffer_us.clone(),
         top: args.top,
     };
-    let path = args.file.as_str();
+    let path = args
+        .file
+        .as_deref()
+        .or(args.read.as_deref())
+        .ok_or_else(|| CliError::Invalid("trace stats needs a capture: FILE or -r FILE".into()))?;
     let keep = args.keep_partial;
     let report = if path == "-" {
         let mut reader = TraceReader::new(std::io::stdin())
