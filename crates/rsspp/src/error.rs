@@ -160,6 +160,9 @@ pub enum CliError {
     /// `rsspp nf` could not start or run.
     #[error(transparent)]
     Runtime(rsspp_runtime::RuntimeError),
+    /// `rsspp trace replay` could not send.
+    #[error(transparent)]
+    Replay(#[from] rsspp_linux::replay::ReplayError),
     /// `rsspp serve` could not start or run.
     #[error(transparent)]
     Accept(#[from] rsspp_accept::AcceptError),
