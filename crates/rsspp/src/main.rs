@@ -3,6 +3,7 @@
 mod atomic;
 mod bench_xdp;
 mod cmd;
+mod config;
 mod error;
 
 use std::io::{IsTerminal, Write};
@@ -124,7 +125,15 @@ fn ignore_sigpipe() {
 
 fn main() -> ExitCode {
     ignore_sigpipe();
-    let cli = Cli::parse();
+    // `rsspp run --config FILE`: the file's options before the typed ones.
+    let argv = match config::expand(std::env::args_os().collect()) {
+        Ok(argv) => argv,
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "rsspp: error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let cli = Cli::parse_from(argv);
     init_logging(
         cli.verbose,
         matches!(

@@ -262,3 +262,47 @@ fn without_privileges_the_error_says_so() {
         .unwrap();
     assert!(!String::from_utf8_lossy(&link.stdout).contains("prog/xdp"));
 }
+
+/// `rsspp run --config FILE`: the file's keys are the flags, the typed
+/// flags override them, an unknown key is named. Checked before anything
+/// is touched, so no root is needed.
+#[test]
+fn a_configuration_file_sets_the_options_and_flags_override_it() {
+    let dir = std::env::temp_dir().join(format!("rsspp-run-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("rsspp.toml");
+    let config = file.to_str().unwrap();
+    std::fs::write(
+        &file,
+        "# the daemon\niface = \"lo\"\nreta_size = 1\nno-metrics = true\n",
+    )
+    .unwrap();
+    let run = |args: &[&str]| Command::new(RSSPP).arg("run").args(args).output().unwrap();
+    // The file alone: its --iface satisfies clap, its --reta-size is checked.
+    refused(
+        &run(&["--config", config]),
+        "--reta-size must be a power of two from 64 to 65536, got 1",
+    );
+    // A typed flag overrides the file's: the next check is reached.
+    refused(
+        &run(&["--config", config, "--reta-size", "64", "--interval-ms", "0"]),
+        "--interval-ms must be between 1 ms and 10 s, got 0",
+    );
+    refused(
+        &run(&[&format!("--config={config}"), "--reta-size=64", "--interval-ms=0"]),
+        "--interval-ms must be between 1 ms and 10 s, got 0",
+    );
+    std::fs::write(&file, "iface = \"lo\"\ncpuz = \"0-3\"\n").unwrap();
+    let out = run(&["--config", config]);
+    refused(
+        &out,
+        &format!("rsspp: error: {config}: unknown key \"cpuz\" (rsspp run has no --cpuz)\n"),
+    );
+    std::fs::write(&file, "iface = \"lo\"\ninterval_ms = \n").unwrap();
+    refused(&run(&["--config", config]), &format!("{config}: line 2: "));
+    refused(
+        &run(&["--config", "/nonexistent/rsspp.toml"]),
+        "/nonexistent/rsspp.toml: No such file or directory",
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
