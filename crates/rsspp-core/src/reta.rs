@@ -22,7 +22,10 @@ pub const MAX_SIZE: usize = 65536;
 /// it.
 pub const SIZE_RULE: &str = "a power of two from 64 to 65536";
 
-const _: () = assert!(MIN_SIZE == 64 && MAX_SIZE == 65536, "SIZE_RULE says 64 to 65536");
+const _: () = assert!(
+    MIN_SIZE == 64 && MAX_SIZE == 65536,
+    "SIZE_RULE says 64 to 65536"
+);
 
 /// Why a table could not be built or changed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -537,7 +537,10 @@ mod raw_frame_tests {
     fn frames_become_ethernet_whatever_their_capture() {
         let ip = [0x45u8, 0, 0, 20];
         let eth: Vec<u8> = (0..14u8).chain(ip).collect();
-        assert_eq!(&*raw(LinkType::Ethernet, &eth).to_ethernet().unwrap(), &eth[..]);
+        assert_eq!(
+            &*raw(LinkType::Ethernet, &eth).to_ethernet().unwrap(),
+            &eth[..]
+        );
         let mut sll = vec![0u8; 14];
         sll.extend_from_slice(&[0x08, 0x00]);
         sll.extend_from_slice(&ip);
@@ -566,14 +569,16 @@ mod raw_frame_tests {
 
     #[test]
     fn raw_frames_read_as_records_do() {
-        let mut w =
-            crate::PcapWriter::new(Vec::new(), 128, crate::TimePrecision::Nano).unwrap();
+        let mut w = crate::PcapWriter::new(Vec::new(), 128, crate::TimePrecision::Nano).unwrap();
         w.write_frame(1_000, &[7u8; 60], 60).unwrap();
         w.write_frame(2_000, &[8u8; 60], 60).unwrap();
         let bytes = w.finish().unwrap();
         let mut r = TraceReader::from_bytes(&bytes).unwrap();
         let a = r.next_raw().unwrap().unwrap();
-        assert_eq!((a.timestamp_ns, a.link, a.wire_len), (1_000, LinkType::Ethernet, 60));
+        assert_eq!(
+            (a.timestamp_ns, a.link, a.wire_len),
+            (1_000, LinkType::Ethernet, 60)
+        );
         assert_eq!(a.data, vec![7u8; 60]);
         assert_eq!(r.next_raw().unwrap().unwrap().data, vec![8u8; 60]);
         assert_eq!(r.next_raw().unwrap(), None);

@@ -185,9 +185,14 @@ mod tests {
         assert_eq!(expand(words.clone()).unwrap(), words);
         let words = argv(&["rsspp", "-v", "run", "--iface", "lo"]);
         assert_eq!(expand(words.clone()).unwrap(), words);
-        let e = expand(argv(&["rsspp", "run", "--config", "/nonexistent/rsspp.toml"]))
-            .unwrap_err()
-            .to_string();
+        let e = expand(argv(&[
+            "rsspp",
+            "run",
+            "--config",
+            "/nonexistent/rsspp.toml",
+        ]))
+        .unwrap_err()
+        .to_string();
         assert!(e.starts_with("/nonexistent/rsspp.toml: "), "{e}");
     }
 }

@@ -387,8 +387,14 @@ fn demo_prints_each_round_as_it_ends() {
         .find(|l| l.starts_with("round 1:"))
         .expect("round 1 printed");
     let at = started.elapsed();
-    assert!(at < Duration::from_millis(2500), "round 1 after {at:?}: {first_round}");
-    assert!(child.try_wait().unwrap().is_none(), "the demo was already done");
+    assert!(
+        at < Duration::from_millis(2500),
+        "round 1 after {at:?}: {first_round}"
+    );
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the demo was already done"
+    );
     let rest: Vec<String> = lines.map(Result::unwrap).collect();
     assert!(rest.iter().any(|l| l.starts_with("round 4:")), "{rest:?}");
     assert!(child.wait().unwrap().success());
@@ -468,9 +474,13 @@ fn bench_balance_reports_every_shape_within_the_quality_bar() {
     let text = stdout_of(rsspp().args(["bench", "balance", "--seeds", "1", "--rounds", "1"]));
     assert!(!text.contains("NaN"), "{text}");
     assert!(text.contains("n/a"), "{text}");
-    let out = stdout_of(rsspp().args(["bench", "balance", "--seeds", "1", "--rounds", "1", "--json"]));
+    let out = stdout_of(rsspp().args([
+        "bench", "balance", "--seeds", "1", "--rounds", "1", "--json",
+    ]));
     let shapes: Vec<Value> = serde_json::from_str(&out).unwrap();
-    assert!(shapes.iter().all(|s| s["converged_round_us_median"].is_null()));
+    assert!(shapes
+        .iter()
+        .all(|s| s["converged_round_us_median"].is_null()));
     rsspp()
         .args(["bench", "balance", "--seeds", "0"])
         .assert()

@@ -115,7 +115,10 @@ fn bad_options_are_refused_with_a_clear_message() {
         &["--load", "-1"],
         "rsspp: error: --load must be more than 0 and at most 1.5, got -1\n",
     );
-    refused(&["--load", "nan"], "--load must be more than 0 and at most 1.5");
+    refused(
+        &["--load", "nan"],
+        "--load must be more than 0 and at most 1.5",
+    );
     refused(&["--speed", "-2"], "replay speed must be a positive number");
     refused(
         &["--duration", "0"],

@@ -84,7 +84,9 @@ fn what_is_sent_arrives_on_the_peer() {
     let before = received(&ns, "veth1");
     let out = replay(
         &ns,
-        &["--iface", "veth0", "--pps", "50000", "--loop", "--count", "2500", path],
+        &[
+            "--iface", "veth0", "--pps", "50000", "--loop", "--count", "2500", path,
+        ],
     );
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{out:?}");

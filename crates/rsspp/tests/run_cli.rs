@@ -285,11 +285,22 @@ fn a_configuration_file_sets_the_options_and_flags_override_it() {
     );
     // A typed flag overrides the file's: the next check is reached.
     refused(
-        &run(&["--config", config, "--reta-size", "64", "--interval-ms", "0"]),
+        &run(&[
+            "--config",
+            config,
+            "--reta-size",
+            "64",
+            "--interval-ms",
+            "0",
+        ]),
         "--interval-ms must be between 1 ms and 10 s, got 0",
     );
     refused(
-        &run(&[&format!("--config={config}"), "--reta-size=64", "--interval-ms=0"]),
+        &run(&[
+            &format!("--config={config}"),
+            "--reta-size=64",
+            "--interval-ms=0",
+        ]),
         "--interval-ms must be between 1 ms and 10 s, got 0",
     );
     std::fs::write(&file, "iface = \"lo\"\ncpuz = \"0-3\"\n").unwrap();

@@ -148,11 +148,15 @@ fn bad_captures_and_options_fail_with_a_message() {
             .stderr(predicate::str::diff(message));
     }
     rsspp()
-        .args(["trace", "gen", "--preset", "campus", "-o", "-", "--pps", "-5"])
+        .args([
+            "trace", "gen", "--preset", "campus", "-o", "-", "--pps", "-5",
+        ])
         .assert()
         .failure()
         .code(1)
-        .stderr(predicate::str::diff("rsspp: error: --pps must be positive, got -5\n"));
+        .stderr(predicate::str::diff(
+            "rsspp: error: --pps must be positive, got -5\n",
+        ));
 }
 
 #[test]

@@ -71,7 +71,8 @@ enum LoadArg {
 
 /// Arguments of `rsspp run`.
 #[derive(Debug, Args)]
-#[command(after_help = "Examples:\n  \
+#[command(
+    after_help = "Examples:\n  \
 rsspp run -i eth0 --cpus 0-7\n  \
 rsspp run --iface eth0 --mode hardware --cpus 0-3 --autoscale\n  \
 rsspp run --iface veth0 --xdp-mode skb --no-balance --duration 30\n  \
@@ -79,7 +80,9 @@ rsspp run --config /etc/rsspp/rsspp.toml --cpus 0-3\n\n\
 A configuration file (--config) sets options as TOML keys named as the flags, without the\n\
 dashes: iface = \"eth0\", cpus = \"0-7\", interval_ms = 100, autoscale = true, ... Flags typed\n\
 on the command line override it; a key that is not an option is refused.\n\n\
-Metrics are served at http://127.0.0.1:9464/metrics; watch them live with `rsspp top`.", args_override_self = true)]
+Metrics are served at http://127.0.0.1:9464/metrics; watch them live with `rsspp top`.",
+    args_override_self = true
+)]
 pub struct RunArgs {
     /// Read options from this TOML file (keys named as the flags); the
     /// flags given here override it.
