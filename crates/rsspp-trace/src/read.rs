@@ -277,7 +277,7 @@ impl<'a> TraceReader<'a> {
     /// [`ReadCounts::truncated_tail`]). A record before the end that cannot
     /// be read is a [`TraceError::Corrupt`] (see [`keep_partial`](Self::keep_partial)).
     pub fn next_record(&mut self) -> Result<Option<PacketRecord>, TraceError> {
-        self.next_with(|counts, link, data, ts, origlen| frame(counts, link, data, ts, origlen))
+        self.next_with(frame)
     }
 
     /// The next packet as captured: its bytes, its link type and
