@@ -51,7 +51,7 @@ pub struct BenchStateConfig {
     pub change_interval_ms: u64,
     /// Buckets moved by each rewrite.
     pub moves_per_change: usize,
-    /// Indirection-table size (a power of two, 64–65536).
+    /// Indirection-table size (a power of two from 64 to 65536).
     pub buckets: usize,
     /// Lock stripes of the shared table.
     pub stripes: usize,
@@ -96,6 +96,14 @@ pub enum Positive {
     Flows,
     /// [`BenchStateConfig::seconds`].
     Seconds,
+    /// [`BenchStateConfig::stripes`].
+    Stripes,
+    /// [`BenchStateConfig::batch`].
+    Batch,
+    /// [`BenchStateConfig::ring`].
+    Ring,
+    /// [`BenchStateConfig::rounds`].
+    Rounds,
 }
 
 impl std::fmt::Display for Positive {
@@ -104,6 +112,10 @@ impl std::fmt::Display for Positive {
             Positive::Workers => "workers",
             Positive::Flows => "flows",
             Positive::Seconds => "seconds",
+            Positive::Stripes => "stripes",
+            Positive::Batch => "batch",
+            Positive::Ring => "ring",
+            Positive::Rounds => "rounds",
         })
     }
 }
@@ -111,7 +123,7 @@ impl std::fmt::Display for Positive {
 /// Why the benchmark could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum BenchStateError {
-    /// Zero workers, flows or seconds.
+    /// Zero workers, flows, seconds, stripes, batch, ring or rounds.
     #[error("{0} must be positive")]
     NotPositive(Positive),
     /// A bad table size.
@@ -442,6 +454,18 @@ pub fn measure(
     if config.seconds.is_nan() || config.seconds <= 0.0 {
         return Err(BenchStateError::NotPositive(Positive::Seconds));
     }
+    // Zero of these ran anyway, quietly made 1 (or a ring of one batch):
+    // a run that is not the one asked for.
+    for (value, what) in [
+        (config.stripes as u64, Positive::Stripes),
+        (config.batch as u64, Positive::Batch),
+        (config.ring, Positive::Ring),
+        (config.rounds as u64, Positive::Rounds),
+    ] {
+        if value == 0 {
+            return Err(BenchStateError::NotPositive(what));
+        }
+    }
     let reta = IndirectionTable::equal(config.buckets, config.workers)?;
     let traffic = Traffic::new(config.flows, config.seed);
     let rounds = config.rounds.max(1);
@@ -622,6 +646,34 @@ mod tests {
                     ..config()
                 },
                 Positive::Seconds,
+            ),
+            (
+                BenchStateConfig {
+                    stripes: 0,
+                    ..config()
+                },
+                Positive::Stripes,
+            ),
+            (
+                BenchStateConfig {
+                    batch: 0,
+                    ..config()
+                },
+                Positive::Batch,
+            ),
+            (
+                BenchStateConfig {
+                    ring: 0,
+                    ..config()
+                },
+                Positive::Ring,
+            ),
+            (
+                BenchStateConfig {
+                    rounds: 0,
+                    ..config()
+                },
+                Positive::Rounds,
             ),
         ] {
             assert!(matches!(run(&c), Err(BenchStateError::NotPositive(p)) if p == what));

@@ -110,7 +110,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::reta::{MAX_SIZE, MIN_SIZE};
+use crate::reta::{MAX_SIZE, MIN_SIZE, SIZE_RULE};
 
 /// Bytes of shared counter memory per bucket per core.
 pub const SLOT_BYTES: usize = std::mem::size_of::<AtomicU64>();
@@ -121,8 +121,8 @@ const SLOTS_PER_LINE: usize = 64 / SLOT_BYTES;
 /// Why counters could not be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CountersError {
-    /// Table size not a power of two in 64…65536.
-    #[error("counter table size {0} is not a power of two between {MIN_SIZE} and {MAX_SIZE}")]
+    /// Table size not [`SIZE_RULE`].
+    #[error("counter table size {0} is not {SIZE_RULE}")]
     BadSize(usize),
     /// A counter set for zero cores.
     #[error("a counter set needs at least one core")]

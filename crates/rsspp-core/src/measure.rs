@@ -1,6 +1,11 @@
 //! Measures every front end reports the same way: the simulator, the
 //! daemon, its `/metrics`, `rsspp top` and the control loop's back-off.
 
+/// What every front end calls imbalance, in these words: `rsspp compare`'s
+/// table (in %), `rsspp top` (in %) and `/metrics` (a ratio, as
+/// Prometheus wants).
+pub const IMBALANCE_DEFINITION: &str = "imbalance: (max - min) / min of the per-CPU packet rates";
+
 /// Load imbalance of a set of per-core figures (packets, packet rates or
 /// loads): (max − min) / min, a ratio (×100 for percent).
 ///

@@ -18,11 +18,20 @@ pub const MIN_SIZE: usize = 64;
 /// Largest table size accepted.
 pub const MAX_SIZE: usize = 65536;
 
+/// The table-size rule in words, as every message about a table size says
+/// it.
+pub const SIZE_RULE: &str = "a power of two from 64 to 65536";
+
+const _: () = assert!(
+    MIN_SIZE == 64 && MAX_SIZE == 65536,
+    "SIZE_RULE says 64 to 65536"
+);
+
 /// Why a table could not be built or changed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RetaError {
-    /// Size not a power of two in 64…65536.
-    #[error("indirection table size {0} is not a power of two between {MIN_SIZE} and {MAX_SIZE}")]
+    /// Size not [`SIZE_RULE`].
+    #[error("indirection table size {0} is not {SIZE_RULE}")]
     BadSize(usize),
     /// No cores to spread over.
     #[error("an indirection table needs at least one core")]
@@ -148,7 +157,9 @@ pub struct IndirectionTable {
     entries: Vec<CoreId>,
 }
 
-fn check_size(size: usize) -> Result<(), RetaError> {
+/// [`RetaError::BadSize`] unless `size` is [`SIZE_RULE`]: a power of two
+/// from [`MIN_SIZE`] to [`MAX_SIZE`].
+pub fn check_size(size: usize) -> Result<(), RetaError> {
     if size.is_power_of_two() && (MIN_SIZE..=MAX_SIZE).contains(&size) {
         Ok(())
     } else {

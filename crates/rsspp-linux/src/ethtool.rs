@@ -186,7 +186,7 @@ pub enum EthtoolError {
         name: String,
     },
     /// No interface of that name in this network namespace.
-    #[error("{iface}: no such network interface")]
+    #[error("{iface}: no such interface in this network namespace")]
     NoSuchInterface {
         /// The interface.
         iface: String,

@@ -18,6 +18,7 @@ pub mod genl;
 pub mod lifecycle;
 pub mod metrics;
 pub mod queues;
+pub mod replay;
 pub mod service;
 pub mod xdp;
 

@@ -329,7 +329,10 @@ pub fn render(s: &MetricsSnapshot) -> String {
         &mut out,
         IMBALANCE_RATIO,
         "gauge",
-        "(max - min) / min of the per-CPU packet rates over the last interval.",
+        &format!(
+            "{} over the last interval, as a ratio (x100: the % of rsspp top and rsspp compare).",
+            rsspp_core::measure::IMBALANCE_DEFINITION
+        ),
     );
     let _ = writeln!(
         out,

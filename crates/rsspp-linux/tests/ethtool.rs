@@ -19,7 +19,10 @@ fn unknown_interface_is_named() {
             iface: "rsspp-nosuch0".into()
         }
     );
-    assert_eq!(e.to_string(), "rsspp-nosuch0: no such network interface");
+    assert_eq!(
+        e.to_string(),
+        "rsspp-nosuch0: no such interface in this network namespace"
+    );
 }
 
 #[test]

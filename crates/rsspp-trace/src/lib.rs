@@ -22,7 +22,7 @@ pub mod write;
 
 pub use error::TraceError;
 pub use generate::{GenConfig, GenPacket, Generator, Preset};
-pub use read::{ReadCounts, TraceReader};
+pub use read::{RawFrame, ReadCounts, TraceReader};
 pub use record::{FrameKind, PacketRecord};
 pub use stats::{analyse, StatsConfig, TraceReport, TraceStats};
 pub use write::{PcapWriter, TimePrecision};

@@ -1,6 +1,7 @@
 //! Streaming pcap and pcapng reader: one record at a time, in a buffer of
 //! bounded size, so memory does not grow with the file.
 
+use std::borrow::Cow;
 use std::io::Read;
 
 use pcap_parser::nom::error::ErrorKind;
@@ -236,7 +237,7 @@ impl<'a> TraceReader<'a> {
 
     /// The capture is unreadable from the reading position on: an error, or
     /// in keep-partial mode the end of the capture, the rest counted.
-    fn corrupt(&mut self, what: Corruption) -> Result<Option<PacketRecord>, TraceError> {
+    fn corrupt<T>(&mut self, what: Corruption) -> Result<Option<T>, TraceError> {
         let record = CorruptRecord {
             offset: self.inner.consumed() as u64,
             after_packets: self.counts.records,
@@ -261,7 +262,7 @@ impl<'a> TraceReader<'a> {
 
     /// The input ends inside a record: a cut-short last record when its
     /// length is plausible, a corrupt one otherwise.
-    fn ends_inside_a_record(&mut self) -> Result<Option<PacketRecord>, TraceError> {
+    fn ends_inside_a_record<T>(&mut self) -> Result<Option<T>, TraceError> {
         if let Some(what) = self.implausible_length() {
             return self.corrupt(what);
         }
@@ -276,6 +277,31 @@ impl<'a> TraceReader<'a> {
     /// [`ReadCounts::truncated_tail`]). A record before the end that cannot
     /// be read is a [`TraceError::Corrupt`] (see [`keep_partial`](Self::keep_partial)).
     pub fn next_record(&mut self) -> Result<Option<PacketRecord>, TraceError> {
+        self.next_with(frame)
+    }
+
+    /// The next packet as captured: its bytes, its link type and
+    /// timestamp, for a sender (`rsspp trace replay`); the end and corrupt
+    /// records as for [`next_record`](Self::next_record).
+    pub fn next_raw(&mut self) -> Result<Option<RawFrame>, TraceError> {
+        self.next_with(|counts, link, data, ts, origlen| {
+            if (origlen as usize) < data.len() {
+                counts.inconsistent_lengths += 1;
+            }
+            RawFrame {
+                timestamp_ns: ts,
+                link,
+                data: data.to_vec(),
+                wire_len: origlen.max(data.len() as u32),
+            }
+        })
+    }
+
+    /// Reads up to the next packet and makes `make` of it.
+    fn next_with<T>(
+        &mut self,
+        make: impl Fn(&mut ReadCounts, LinkType, &[u8], u64, u32) -> T,
+    ) -> Result<Option<T>, TraceError> {
         if self.done {
             return Ok(None);
         }
@@ -315,7 +341,7 @@ impl<'a> TraceReader<'a> {
                             let ts = u64::from(b.ts_sec) * 1_000_000_000
                                 + if nanos { fraction } else { fraction * 1_000 };
                             let data = &b.data[..(b.caplen as usize).min(b.data.len())];
-                            Some(frame(&mut self.counts, link, data, ts, b.origlen))
+                            Some(make(&mut self.counts, link, data, ts, b.origlen))
                         }
                         PcapBlockOwned::NG(Block::SectionHeader(shb)) => {
                             self.ng_big_endian = shb.big_endian();
@@ -351,7 +377,7 @@ impl<'a> TraceReader<'a> {
                                     let ts = ns.clamp(0, i128::from(u64::MAX)) as u64;
                                     let data =
                                         &epb.data[..(epb.caplen as usize).min(epb.data.len())];
-                                    Some(frame(&mut self.counts, iface.link, data, ts, epb.origlen))
+                                    Some(make(&mut self.counts, iface.link, data, ts, epb.origlen))
                                 }
                                 _ => {
                                     self.counts.skipped_records += 1;
@@ -364,7 +390,7 @@ impl<'a> TraceReader<'a> {
                                 Some(iface) => {
                                     let data =
                                         &spb.data[..(spb.origlen as usize).min(spb.data.len())];
-                                    Some(frame(&mut self.counts, iface.link, data, 0, spb.origlen))
+                                    Some(make(&mut self.counts, iface.link, data, 0, spb.origlen))
                                 }
                                 None => {
                                     self.counts.skipped_records += 1;
@@ -424,6 +450,52 @@ impl<'a> TraceReader<'a> {
     }
 }
 
+/// A packet as captured (see [`TraceReader::next_raw`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawFrame {
+    /// Capture time, ns since the epoch (0 when the capture has none).
+    pub timestamp_ns: u64,
+    /// How the bytes start (Ethernet, an IP header, a cooked header).
+    pub link: LinkType,
+    /// The captured bytes (perhaps fewer than were on the wire).
+    pub data: Vec<u8>,
+    /// The frame's length on the wire.
+    pub wire_len: u32,
+}
+
+/// The addresses an Ethernet header made for a frame captured without one:
+/// locally administered, destination then source.
+pub const MADE_UP_MACS: [u8; 12] = [2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1];
+
+impl RawFrame {
+    /// The frame as Ethernet, to be sent out of an interface: an Ethernet
+    /// capture's bytes as they are; a cooked (`tcpdump -i any`: SLL,
+    /// SLL2) or raw-IP capture's behind an Ethernet header with its
+    /// EtherType and [`MADE_UP_MACS`]. `None` for another link type or a
+    /// frame too short for its header.
+    pub fn to_ethernet(&self) -> Option<Cow<'_, [u8]>> {
+        let behind = |ether_type: [u8; 2], payload: &[u8]| {
+            let mut out = Vec::with_capacity(14 + payload.len());
+            out.extend_from_slice(&MADE_UP_MACS);
+            out.extend_from_slice(&ether_type);
+            out.extend_from_slice(payload);
+            Some(Cow::Owned(out))
+        };
+        let d = &self.data;
+        match self.link {
+            LinkType::Ethernet if d.len() >= 14 => Some(Cow::Borrowed(d)),
+            LinkType::LinuxSll if d.len() >= 16 => behind([d[14], d[15]], &d[16..]),
+            LinkType::LinuxSll2 if d.len() >= 20 => behind([d[0], d[1]], &d[20..]),
+            LinkType::RawIp => match d.first().map(|b| b >> 4) {
+                Some(4) => behind([0x08, 0x00], d),
+                Some(6) => behind([0x86, 0xdd], d),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+}
+
 fn frame(
     counts: &mut ReadCounts,
     link: LinkType,
@@ -445,5 +517,70 @@ impl Iterator for TraceReader<'_> {
 
     fn next(&mut self) -> Option<Self::Item> {
         self.next_record().transpose()
+    }
+}
+
+#[cfg(test)]
+mod raw_frame_tests {
+    use super::*;
+
+    fn raw(link: LinkType, data: &[u8]) -> RawFrame {
+        RawFrame {
+            timestamp_ns: 0,
+            link,
+            data: data.to_vec(),
+            wire_len: data.len() as u32,
+        }
+    }
+
+    #[test]
+    fn frames_become_ethernet_whatever_their_capture() {
+        let ip = [0x45u8, 0, 0, 20];
+        let eth: Vec<u8> = (0..14u8).chain(ip).collect();
+        assert_eq!(
+            &*raw(LinkType::Ethernet, &eth).to_ethernet().unwrap(),
+            &eth[..]
+        );
+        let mut sll = vec![0u8; 14];
+        sll.extend_from_slice(&[0x08, 0x00]);
+        sll.extend_from_slice(&ip);
+        let mut sll2 = vec![0x08u8, 0x00];
+        sll2.extend_from_slice(&[0; 18]);
+        sll2.extend_from_slice(&ip);
+        let want: Vec<u8> = MADE_UP_MACS
+            .iter()
+            .copied()
+            .chain([0x08, 0x00])
+            .chain(ip)
+            .collect();
+        for f in [
+            raw(LinkType::LinuxSll, &sll),
+            raw(LinkType::LinuxSll2, &sll2),
+            raw(LinkType::RawIp, &ip),
+        ] {
+            assert_eq!(&*f.to_ethernet().unwrap(), &want[..], "{:?}", f.link);
+        }
+        let v6 = raw(LinkType::RawIp, &[0x60, 0, 0, 0]);
+        assert_eq!(&v6.to_ethernet().unwrap()[12..14], &[0x86, 0xdd]);
+        assert!(raw(LinkType::Ethernet, &eth[..13]).to_ethernet().is_none());
+        assert!(raw(LinkType::Other(105), &eth).to_ethernet().is_none());
+        assert!(raw(LinkType::RawIp, &[0x10]).to_ethernet().is_none());
+    }
+
+    #[test]
+    fn raw_frames_read_as_records_do() {
+        let mut w = crate::PcapWriter::new(Vec::new(), 128, crate::TimePrecision::Nano).unwrap();
+        w.write_frame(1_000, &[7u8; 60], 60).unwrap();
+        w.write_frame(2_000, &[8u8; 60], 60).unwrap();
+        let bytes = w.finish().unwrap();
+        let mut r = TraceReader::from_bytes(&bytes).unwrap();
+        let a = r.next_raw().unwrap().unwrap();
+        assert_eq!(
+            (a.timestamp_ns, a.link, a.wire_len),
+            (1_000, LinkType::Ethernet, 60)
+        );
+        assert_eq!(a.data, vec![7u8; 60]);
+        assert_eq!(r.next_raw().unwrap().unwrap().data, vec![8u8; 60]);
+        assert_eq!(r.next_raw().unwrap(), None);
     }
 }

@@ -24,7 +24,9 @@ fn parent_dir(path: &Path) -> PathBuf {
 }
 
 /// Fails early, before any long work, when `path` obviously cannot be
-/// written: a directory, or in a directory that does not exist.
+/// written: a directory, in a directory that does not exist, or in one
+/// that takes no new file (no permission, a read-only file system): a
+/// file is created there under a temporary name and removed.
 pub fn check_destination(path: &Path) -> Result<(), CliError> {
     if path.as_os_str().is_empty() {
         return Err(CliError::Invalid("the output file name is empty".into()));
@@ -45,7 +47,36 @@ pub fn check_destination(path: &Path) -> Result<(), CliError> {
             ),
         ));
     }
-    Ok(())
+    probe_directory(path)
+}
+
+/// Creates and removes a file next to where `path`'s data will go (its
+/// link's target for a symbolic link), as [`AtomicFile`] will. A
+/// destination that exists and is not a regular file (a device, a FIFO) is
+/// written in place, not next to: it is left alone (opening a FIFO would
+/// wait for a reader).
+fn probe_directory(path: &Path) -> Result<(), CliError> {
+    let target = fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    if let Ok(meta) = fs::metadata(&target) {
+        if !meta.is_file() {
+            return Ok(());
+        }
+    }
+    let dir = parent_dir(&target);
+    let probe = dir.join(format!(".rsspp-probe.{}.tmp", std::process::id()));
+    match OpenOptions::new().write(true).create_new(true).open(&probe) {
+        Ok(_) => {
+            let _ = fs::remove_file(&probe);
+            Ok(())
+        }
+        Err(e) => Err(io_error(
+            path,
+            io::Error::new(
+                e.kind(),
+                format!("cannot create a file in {}: {e}", dir.display()),
+            ),
+        )),
+    }
 }
 
 /// Writes `bytes` to `path` through a temporary file in the same directory
@@ -215,6 +246,23 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("does not exist"), "{err}");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_directory_that_takes_no_file_is_found_before_writing() {
+        // sysfs takes no new file, even from root.
+        let err = check_destination(Path::new("/sys/rsspp-report.html"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("/sys/rsspp-report.html: cannot create a file in /sys: "),
+            "{err}"
+        );
+        // A writable directory is left as it was.
+        let dir = scratch("probe");
+        check_destination(&dir.join("out.html")).unwrap();
+        assert_eq!(fs::read_dir(&dir).unwrap().count(), 0);
         fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -31,7 +31,7 @@ pub struct BenchXdpArgs {
     /// Measurements per case (the best and the median are reported).
     #[arg(long, default_value_t = 5)]
     pub rounds: usize,
-    /// Indirection-table size.
+    /// Indirection-table size (a power of two from 64 to 65536).
     #[arg(long, default_value_t = 128)]
     pub reta_size: usize,
     /// Print JSON instead of a table.
@@ -182,6 +182,7 @@ pub fn run(args: &BenchXdpArgs) -> Result<(), CliError> {
             "--rounds and --repeat must be at least 1".into(),
         ));
     }
+    CliError::check_table_size("--reta-size", args.reta_size)?;
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         return Err(CliError::Invalid(

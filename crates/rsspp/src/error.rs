@@ -153,12 +153,28 @@ pub enum CliError {
     /// online CPUs that cannot be read.
     #[error(transparent)]
     Cpu(#[from] rsspp_linux::cpu::CpuError),
+    /// No interface of that name (`rsspp nf`'s runtime found none), said
+    /// as every other command says it.
+    #[error("{0}: no such interface in this network namespace")]
+    NoInterface(String),
     /// `rsspp nf` could not start or run.
     #[error(transparent)]
-    Runtime(#[from] rsspp_runtime::RuntimeError),
+    Runtime(rsspp_runtime::RuntimeError),
+    /// `rsspp trace replay` could not send.
+    #[error(transparent)]
+    Replay(#[from] rsspp_linux::replay::ReplayError),
     /// `rsspp serve` could not start or run.
     #[error(transparent)]
     Accept(#[from] rsspp_accept::AcceptError),
+}
+
+impl From<rsspp_runtime::RuntimeError> for CliError {
+    fn from(e: rsspp_runtime::RuntimeError) -> Self {
+        match e {
+            rsspp_runtime::RuntimeError::NoInterface(iface) => CliError::NoInterface(iface),
+            e => CliError::Runtime(e),
+        }
+    }
 }
 
 impl CliError {
@@ -180,6 +196,17 @@ impl CliError {
             },
             other => CliError::Balance(other),
         }
+    }
+
+    /// Checks an option's indirection-table size against core's rule
+    /// ([`rsspp_core::reta::SIZE_RULE`], the one statement of it): refused,
+    /// the option is named.
+    pub fn check_table_size(flag: &'static str, size: usize) -> Result<(), CliError> {
+        rsspp_core::reta::check_size(size).map_err(|_| CliError::OutOfRange {
+            flag,
+            expected: rsspp_core::reta::SIZE_RULE.into(),
+            value: size.to_string(),
+        })
     }
 
     /// Wraps an output error, keeping a closed pipe apart.

@@ -3,6 +3,7 @@
 mod atomic;
 mod bench_xdp;
 mod cmd;
+mod config;
 mod error;
 
 use std::io::{IsTerminal, Write};
@@ -54,8 +55,8 @@ enum Command {
     /// each connection on its bucket's CPU, busy cores' connections stolen.
     Serve(cmd::serve::ServeArgs),
     /// Live view of a running daemon (`rsspp run`): per-CPU load as a
-    /// heatmap over time, packet rates, imbalance ((max − min) / min of the
-    /// per-CPU packet rates, in percent), and the current table.
+    /// heatmap over time, packet rates, imbalance ((max - min) / min of the
+    /// per-CPU packet rates, %), and the current table.
     Top(cmd::top::TopArgs),
     /// A NIC's RSS indirection table through ethtool: show it, write one.
     Nic(cmd::nic::NicArgs),
@@ -124,7 +125,15 @@ fn ignore_sigpipe() {
 
 fn main() -> ExitCode {
     ignore_sigpipe();
-    let cli = Cli::parse();
+    // `rsspp run --config FILE`: the file's options before the typed ones.
+    let argv = match config::expand(std::env::args_os().collect()) {
+        Ok(argv) => argv,
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "rsspp: error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let cli = Cli::parse_from(argv);
     init_logging(
         cli.verbose,
         matches!(

@@ -157,7 +157,7 @@ fn hash_rejects_bad_input_with_one_clear_line() {
         ),
         (
             &["hash", "--reta-size", "100", "1.1.1.1", "2.2.2.2"],
-            "size 100 is not a power of two",
+            "--reta-size must be a power of two from 64 to 65536, got 100",
         ),
     ];
     for (args, message) in cases {
@@ -362,7 +362,81 @@ fn demo_shows_the_skewed_state_and_its_repair() {
         .args(["demo", "--buckets", "100"])
         .assert()
         .failure()
-        .stderr(predicate::str::contains("size 100"));
+        .stderr(predicate::str::contains(
+            "--buckets must be a power of two from 64 to 65536, got 100",
+        ));
+}
+
+#[test]
+fn demo_prints_each_round_as_it_ends() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    // Four rounds a second apart: the static table and the first round are
+    // on the pipe long before the last round.
+    let started = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rsspp"))
+        .args(["demo", "--rounds", "4", "--pace-ms", "1000"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first_round = lines
+        .by_ref()
+        .map(Result::unwrap)
+        .find(|l| l.starts_with("round 1:"))
+        .expect("round 1 printed");
+    let at = started.elapsed();
+    assert!(
+        at < Duration::from_millis(2500),
+        "round 1 after {at:?}: {first_round}"
+    );
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the demo was already done"
+    );
+    let rest: Vec<String> = lines.map(Result::unwrap).collect();
+    assert!(rest.iter().any(|l| l.starts_with("round 4:")), "{rest:?}");
+    assert!(child.wait().unwrap().success());
+    assert!(started.elapsed() >= Duration::from_secs(4));
+}
+
+/// `-i IFACE` as xdp-tools and tcpdump spell it, beside the long flags.
+#[test]
+fn interfaces_take_the_short_flag_i() {
+    for (args, says) in [
+        (&["run", "--help"][..], "-i, --iface <IF>"),
+        (&["nf", "--help"], "-i, --in <IFACE>"),
+        (&["serve", "--help"], "-i, --iface <IF>"),
+        (&["status", "--help"], "-i, --iface <IF>"),
+        (&["detach", "--help"], "-i, --iface <IF>"),
+        (&["compare", "--help"], "-r, --trace <FILE>"),
+        (&["trace", "stats", "--help"], "-r <FILE>"),
+    ] {
+        rsspp()
+            .args(args)
+            .assert()
+            .success()
+            .stdout(predicate::str::contains(says));
+    }
+    // Parsed as the long form: checked, and refused, alike.
+    for flag in ["-i", "--iface"] {
+        fails_with_one_clear_line(
+            rsspp().args(["run", flag, "lo", "--reta-size", "1", "--no-metrics"]),
+            "--reta-size must be a power of two from 64 to 65536, got 1",
+        );
+    }
+    for flag in ["-i", "--in"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_rsspp"))
+            .args(["nf", flag, "rsspp-none0", "--cpus", "0", "--duration", "1"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr),
+            "rsspp: error: rsspp-none0: no such interface in this network namespace\n"
+        );
+    }
 }
 
 #[test]
@@ -396,6 +470,17 @@ fn bench_balance_reports_every_shape_within_the_quality_bar() {
         assert!(s["imbalance"].as_f64().unwrap() <= 0.03, "{s}");
         assert!(s["max_rounds"].as_u64().unwrap() <= 3, "{s}");
     }
+    // One round: no round on a converged state to time, said as n/a.
+    let text = stdout_of(rsspp().args(["bench", "balance", "--seeds", "1", "--rounds", "1"]));
+    assert!(!text.contains("NaN"), "{text}");
+    assert!(text.contains("n/a"), "{text}");
+    let out = stdout_of(rsspp().args([
+        "bench", "balance", "--seeds", "1", "--rounds", "1", "--json",
+    ]));
+    let shapes: Vec<Value> = serde_json::from_str(&out).unwrap();
+    assert!(shapes
+        .iter()
+        .all(|s| s["converged_round_us_median"].is_null()));
     rsspp()
         .args(["bench", "balance", "--seeds", "0"])
         .assert()
@@ -444,9 +529,15 @@ fn bench_state_reports_both_variants_and_refuses_bad_options() {
         rsspp().args(["bench", "state", "--workers", "0"]),
         "--workers must be positive, got 0",
     );
+    for flag in ["--batch", "--ring", "--stripes", "--rounds"] {
+        fails_with_one_clear_line(
+            rsspp().args(["bench", "state", flag, "0"]),
+            &format!("rsspp: error: {flag} must be positive, got 0\n"),
+        );
+    }
     fails_with_one_clear_line(
         rsspp().args(["bench", "state", "--buckets", "100"]),
-        "size 100",
+        "--buckets must be a power of two from 64 to 65536, got 100",
     );
 }
 
@@ -526,7 +617,7 @@ fn nf_refuses_a_missing_interface_in_one_line() {
     // Checked before anything is created, with or without root.
     assert_eq!(
         String::from_utf8_lossy(&out.stderr),
-        "rsspp: error: no network interface named \"rsspp-none0\"\n"
+        "rsspp: error: rsspp-none0: no such interface in this network namespace\n"
     );
 }
 

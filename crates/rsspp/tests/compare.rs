@@ -77,19 +77,57 @@ fn the_table_names_every_policy() {
         .stdout(
             predicate::str::contains("rss ")
                 .and(predicate::str::contains("sprayer"))
-                .and(predicate::str::contains("imbalance")),
+                .and(predicate::str::contains("imbalance"))
+                // Named and measured as rsspp top and /metrics say it.
+                .and(predicate::str::contains(
+                    "\nimbalance: (max - min) / min of the per-CPU packet rates, % (median of 1-s samples)\n",
+                )),
         );
+    rsspp()
+        .args(["top", "--help"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "imbalance ((max - min) / min of the per-CPU packet rates, %)",
+        ));
 }
 
 #[test]
 fn bad_options_are_refused_with_a_clear_message() {
     refused(&["--policies", "rss,magic"], "unknown policy 'magic'");
     refused(&["--policies", ""], "at least one");
+    refused(
+        &["--policies", "rss,,rsspp"],
+        "rsspp: error: --policies rss,,rsspp: an empty name (two commas in a row, or one at an end)\n",
+    );
+    refused(&["--policies", "rss,"], "--policies rss,: an empty name");
+    refused(
+        &["--policies", "rss,rsspp,rss"],
+        "rsspp: error: --policies names rss twice: name each policy once\n",
+    );
     refused(&["--cores", "0"], "--cores must be between 1 and 64");
-    refused(&["--load", "0"], "load must be in (0, 1.5]");
-    refused(&["--load", "nan"], "load must be in (0, 1.5]");
+    refused(
+        &["--load", "0"],
+        "rsspp: error: --load must be more than 0 and at most 1.5, got 0\n",
+    );
+    // A negative value is the option's value, not an unknown flag.
+    refused(
+        &["--load", "-1"],
+        "rsspp: error: --load must be more than 0 and at most 1.5, got -1\n",
+    );
+    refused(
+        &["--load", "nan"],
+        "--load must be more than 0 and at most 1.5",
+    );
     refused(&["--speed", "-2"], "replay speed must be a positive number");
-    refused(&["--duration", "0"], "duration must be between 0 and 86400");
+    refused(
+        &["--duration", "0"],
+        "rsspp: error: --duration must be more than 0 and at most 86400 seconds, got 0\n",
+    );
+    refused(
+        &["--duration", "-1"],
+        "--duration must be more than 0 and at most 86400 seconds, got -1",
+    );
     refused(&["--queue-size", "0"], "--queue-size must be at least 1");
     refused(
         &["--interval-ms", "0"],
@@ -107,7 +145,14 @@ fn bad_options_are_refused_with_a_clear_message() {
         &["--table-update-us", "-1"],
         "--table-update-us must be between",
     );
-    refused(&["--reta-size", "100"], "power of two");
+    refused(
+        &["--reta-size", "100"],
+        "rsspp: error: --reta-size must be a power of two from 64 to 65536, got 100\n",
+    );
+    refused(
+        &["--reta-size", "1"],
+        "--reta-size must be a power of two from 64 to 65536, got 1",
+    );
     refused(&["--clock-ghz", "0"], "clock must be in (0, 10]");
     refused(&["--work-skew", "9"], "work skew must be in [0, 4]");
     refused(

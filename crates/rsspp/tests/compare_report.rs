@@ -168,6 +168,25 @@ fn the_table_names_the_report_and_no_report_writes_none() {
         .success()
         .stdout(predicate::str::contains("report:").not());
     assert!(files_in(&dir).is_empty());
+    // --json alone: the JSON on standard output, no report; --out asks
+    // for one.
+    let out = short_run(&mut rsspp(), "0.3")
+        .current_dir(&dir)
+        .arg("--json")
+        .assert()
+        .success()
+        .get_output()
+        .clone();
+    serde_json::from_slice::<Value>(&out.stdout).unwrap();
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("report:"));
+    assert!(files_in(&dir).is_empty());
+    short_run(&mut rsspp(), "0.3")
+        .current_dir(&dir)
+        .args(["--json", "--out", "asked.html"])
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("report: asked.html"));
+    assert_eq!(files_in(&dir), ["asked.html"]);
     fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -177,6 +196,11 @@ fn an_unwritable_report_fails_before_simulating() {
     for (out, message) in [
         (dir.join("missing/report.html"), "does not exist"),
         (dir.clone(), "is a directory"),
+        // A directory that takes no file (sysfs refuses even root).
+        (
+            PathBuf::from("/sys/rsspp-report.html"),
+            "/sys/rsspp-report.html: cannot create a file in /sys: ",
+        ),
     ] {
         short_run(&mut rsspp(), "0.3")
             .arg("--out")

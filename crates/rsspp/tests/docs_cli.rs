@@ -19,6 +19,47 @@ fn subcommands() -> Vec<String> {
         .collect()
 }
 
+/// The help texts speak of options and behaviour, not of the code: no
+/// Rust path (`IndirectionTable::equal_over`), no remark about the machine
+/// the code was written on.
+#[test]
+fn help_texts_do_not_mention_internals() {
+    let dir = std::env::temp_dir().join(format!("rsspp-man-internals-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = Command::new(RSSPP)
+        .arg("manpages")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let mut pages = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let page = std::fs::read_to_string(&path).unwrap();
+        pages += 1;
+        for said in ["this machine", "shared and noisy", "rsspp_", "crate"] {
+            assert!(!page.contains(said), "{}: {said:?}", path.display());
+        }
+        // A Rust path: a capitalised name, `::`, a name (an IPv6 address
+        // such as ::1 is not one).
+        for (i, _) in page.match_indices("::") {
+            let before = page[..i]
+                .rsplit(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+                .next()
+                .unwrap_or("");
+            let after = page[i + 2..].chars().next().unwrap_or(' ');
+            assert!(
+                !(before.starts_with(|c: char| c.is_ascii_uppercase())
+                    && after.is_ascii_alphabetic()),
+                "{}: {before}::…",
+                path.display()
+            );
+        }
+    }
+    assert!(pages >= 12, "{pages} pages");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn a_man_page_for_every_subcommand() {
     let dir = std::env::temp_dir().join(format!("rsspp-man-{}", std::process::id()));

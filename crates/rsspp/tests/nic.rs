@@ -45,7 +45,7 @@ fn unknown_interface_is_named() {
     ] {
         fails_with(
             &mut rsspp(args),
-            "rsspp: error: rsspp-nosuch0: no such network interface",
+            "rsspp: error: rsspp-nosuch0: no such interface in this network namespace\n",
         );
     }
 }

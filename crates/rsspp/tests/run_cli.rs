@@ -109,6 +109,10 @@ fn bad_options_are_refused_before_anything_is_touched() {
             &["--iface", "lo", "--mode", "hardware", "--context", "0"],
             "--context 0 is the NIC's main table",
         ),
+        (
+            &["--iface", "lo", "--reta-size", "1"],
+            "--reta-size must be a power of two from 64 to 65536, got 1",
+        ),
     ];
     for (args, message) in cases {
         refused(&run(None, args), message);
@@ -121,15 +125,34 @@ fn bad_options_are_refused_before_anything_is_touched() {
 }
 
 #[test]
+fn a_refused_native_attach_names_the_flag_for_skb_mode() {
+    if !is_root() {
+        return;
+    }
+    // The loopback device has no native XDP: the advice names the flag.
+    refused(
+        &run(None, &["--iface", "lo", "--duration", "0.2"]),
+        "the driver may lack XDP support: try --xdp-mode skb",
+    );
+}
+
+#[test]
 fn an_unknown_interface_is_named() {
     if !is_root() {
         return;
     }
-    refused(&run(None, &["--iface", "rsspp-nosuch0"]), "rsspp-nosuch0");
+    // In the words of every command (nic, nf, detach): one wording.
+    let said = "rsspp: error: rsspp-nosuch0: no such interface in this network namespace\n";
+    refused(&run(None, &["--iface", "rsspp-nosuch0"]), said);
     refused(
         &run(None, &["--iface", "rsspp-nosuch0", "--mode", "hardware"]),
-        "rsspp-nosuch0",
+        said,
     );
+    let out = Command::new(RSSPP)
+        .args(["detach", "--iface", "rsspp-nosuch0"])
+        .output()
+        .unwrap();
+    refused(&out, said);
 }
 
 #[test]
@@ -184,7 +207,7 @@ fn another_xdp_program_is_kept_unless_forced() {
     let out = run(Some(&ns), &["--iface", "veth1", "--duration", "0.3"]);
     refused(&out, "another XDP program");
     refused(&out, foreign::NAME);
-    refused(&out, "force");
+    refused(&out, "is attached; --force replaces it");
     assert_eq!(ns.xdp_of("veth1"), Some(kept.clone()));
 
     // --force replaces it while running and puts it back on exit.
@@ -238,4 +261,59 @@ fn without_privileges_the_error_says_so() {
         .output()
         .unwrap();
     assert!(!String::from_utf8_lossy(&link.stdout).contains("prog/xdp"));
+}
+
+/// `rsspp run --config FILE`: the file's keys are the flags, the typed
+/// flags override them, an unknown key is named. Checked before anything
+/// is touched, so no root is needed.
+#[test]
+fn a_configuration_file_sets_the_options_and_flags_override_it() {
+    let dir = std::env::temp_dir().join(format!("rsspp-run-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("rsspp.toml");
+    let config = file.to_str().unwrap();
+    std::fs::write(
+        &file,
+        "# the daemon\niface = \"lo\"\nreta_size = 1\nno-metrics = true\n",
+    )
+    .unwrap();
+    let run = |args: &[&str]| Command::new(RSSPP).arg("run").args(args).output().unwrap();
+    // The file alone: its --iface satisfies clap, its --reta-size is checked.
+    refused(
+        &run(&["--config", config]),
+        "--reta-size must be a power of two from 64 to 65536, got 1",
+    );
+    // A typed flag overrides the file's: the next check is reached.
+    refused(
+        &run(&[
+            "--config",
+            config,
+            "--reta-size",
+            "64",
+            "--interval-ms",
+            "0",
+        ]),
+        "--interval-ms must be between 1 ms and 10 s, got 0",
+    );
+    refused(
+        &run(&[
+            &format!("--config={config}"),
+            "--reta-size=64",
+            "--interval-ms=0",
+        ]),
+        "--interval-ms must be between 1 ms and 10 s, got 0",
+    );
+    std::fs::write(&file, "iface = \"lo\"\ncpuz = \"0-3\"\n").unwrap();
+    let out = run(&["--config", config]);
+    refused(
+        &out,
+        &format!("rsspp: error: {config}: unknown key \"cpuz\" (rsspp run has no --cpuz)\n"),
+    );
+    std::fs::write(&file, "iface = \"lo\"\ninterval_ms = \n").unwrap();
+    refused(&run(&["--config", config]), &format!("{config}: line 2: "));
+    refused(
+        &run(&["--config", "/nonexistent/rsspp.toml"]),
+        "/nonexistent/rsspp.toml: No such file or directory",
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }

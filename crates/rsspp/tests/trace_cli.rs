@@ -126,6 +126,37 @@ fn bad_captures_and_options_fail_with_a_message() {
         .assert()
         .failure()
         .stderr(predicate::str::contains("snaplen"));
+    // The duration's range in the same words as `rsspp compare`'s, a
+    // negative value included (not taken for an unknown flag).
+    for (value, message) in [
+        (
+            "0",
+            "rsspp: error: --duration must be more than 0 and at most 86400 seconds, got 0\n",
+        ),
+        (
+            "-1",
+            "rsspp: error: --duration must be more than 0 and at most 86400 seconds, got -1\n",
+        ),
+    ] {
+        rsspp()
+            .args(["trace", "gen", "--preset", "campus", "-o", "-"])
+            .args(["--duration", value])
+            .assert()
+            .failure()
+            .code(1)
+            .stdout("")
+            .stderr(predicate::str::diff(message));
+    }
+    rsspp()
+        .args([
+            "trace", "gen", "--preset", "campus", "-o", "-", "--pps", "-5",
+        ])
+        .assert()
+        .failure()
+        .code(1)
+        .stderr(predicate::str::diff(
+            "rsspp: error: --pps must be positive, got -5\n",
+        ));
 }
 
 #[test]
@@ -321,5 +352,54 @@ fn a_corrupt_record_is_an_error_unless_kept_partial() {
         .stderr(predicate::str::contains(
             "the last record is cut short (70 bytes left out)",
         ));
+    let _ = std::fs::remove_file(&path);
+}
+
+/// The short flags of tcpdump and xdp-tools: `-r FILE` for a capture, as
+/// the long forms and the positional file still are.
+#[test]
+fn short_flags_read_the_capture_as_the_long_ones() {
+    let path = temp("short-flags.pcap");
+    rsspp()
+        .args(["trace", "gen", "--preset", "campus", "--duration", "0.05"])
+        .arg("-o")
+        .arg(&path)
+        .assert()
+        .success();
+    let stats = |args: &[&str]| {
+        rsspp()
+            .args(["trace", "stats", "--json"])
+            .args(args)
+            .arg(&path)
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone()
+    };
+    assert_eq!(stats(&["-r"]), stats(&[]));
+    // One capture: FILE or -r FILE, not both, not neither.
+    rsspp()
+        .args(["trace", "stats", "a.pcap", "-r", "b.pcap"])
+        .assert()
+        .failure()
+        .code(2);
+    rsspp().args(["trace", "stats"]).assert().failure().code(2);
+    // compare -r FILE is compare --trace FILE.
+    let compare = |flag: &str| {
+        let out = rsspp()
+            .args(["compare", "--no-report", "--json", "--policies", "rss"])
+            .args(["--cores", "2", "--duration", "0.05", "--speed", "1"])
+            .arg(flag)
+            .arg(&path)
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        v["policies"][0]["summary"]["packets"].clone()
+    };
+    assert_eq!(compare("-r"), compare("--trace"));
     let _ = std::fs::remove_file(&path);
 }

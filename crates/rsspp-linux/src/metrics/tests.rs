@@ -269,6 +269,10 @@ fn special_values_and_label_values_are_spelled_as_the_format_wants() {
     let text = render(&s);
     let iface = "iface=\"we\\\"ird\\\\if\\nname\"";
     assert!(text.contains(&format!("\nrsspp_imbalance_ratio{{{iface}}} +Inf\n")));
+    // Named as rsspp top and rsspp compare name it.
+    assert!(text.contains(
+        "# HELP rsspp_imbalance_ratio imbalance: (max - min) / min of the per-CPU packet rates over the last interval, as a ratio"
+    ));
     assert!(text.contains(&format!("\nrsspp_cpu_load{{{iface},cpu=\"0\"}} NaN\n")));
     assert!(text.contains("rsspp_info{iface=\"we\\\"ird\\\\if\\nname\",mode=\"software\"} 1\n"));
 }

@@ -89,7 +89,9 @@ pub enum XdpErrorKind {
         feature: &'static str,
     },
     /// The driver has no native XDP.
-    #[error("native XDP attach refused ({0}); the driver may lack XDP support: try skb mode")]
+    #[error(
+        "native XDP attach refused ({0}); the driver may lack XDP support: try --xdp-mode skb"
+    )]
     NativeUnsupported(#[source] io::Error),
     /// The RX-hash program could not be bound to the device.
     #[error("loading the RX-hash program bound to the device failed ({0}); it needs a driver with native XDP and Linux 6.3 or later: count with the Toeplitz hash instead")]
@@ -142,7 +144,7 @@ pub enum XdpErrorKind {
     Cpus(#[from] CpuError),
     /// Another program is attached and `force` is off.
     #[error(
-        "another XDP program (id {prog_id}, {name:?}, {mode} mode) is attached; force replaces it"
+        "another XDP program (id {prog_id}, {name:?}, {mode} mode) is attached; --force replaces it"
     )]
     AlreadyAttached {
         /// Its program id.

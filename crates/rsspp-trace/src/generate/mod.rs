@@ -278,6 +278,9 @@ fn sources(config: &GenConfig) -> Result<Vec<Source>, TraceError> {
 /// each costs about 150 bytes for the whole trace.
 pub const MAX_FLOWS: usize = 10_000_000;
 
+/// The longest trace generated, seconds (a day).
+pub const MAX_DURATION_S: f64 = 86_400.0;
+
 /// `n` flows must each be able to send a packet: at most the packets the
 /// trace will hold (the flows are built up front, so a count far beyond
 /// them would only cost memory), and at most [`MAX_FLOWS`].
@@ -382,10 +385,10 @@ impl Generator {
         }
         if !(config.duration_s.is_finite()
             && config.duration_s > 0.0
-            && config.duration_s <= 86_400.0)
+            && config.duration_s <= MAX_DURATION_S)
         {
             return Err(TraceError::InvalidOption(format!(
-                "duration must be between 0 and 86400 seconds, got {}",
+                "duration must be more than 0 and at most {MAX_DURATION_S} seconds, got {}",
                 config.duration_s
             )));
         }

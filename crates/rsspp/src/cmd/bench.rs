@@ -84,7 +84,7 @@ pub struct BenchNfArgs {
 /// Arguments of `rsspp bench daemon`.
 #[derive(Debug, Clone, Args)]
 pub struct BenchDaemonArgs {
-    /// Table sizes to measure (powers of two, 64–65536).
+    /// Table sizes to measure (each a power of two from 64 to 65536).
     #[arg(long, value_delimiter = ',', default_values_t = [128, 4096, 65536])]
     reta_sizes: Vec<usize>,
     /// Rounds per size.
@@ -123,7 +123,7 @@ pub struct BenchStateArgs {
     /// Buckets moved by each rewrite.
     #[arg(long, default_value_t = 16)]
     moves_per_change: usize,
-    /// Indirection-table size (a power of two, 64–65536).
+    /// Indirection-table size (a power of two from 64 to 65536).
     #[arg(long, default_value_t = 512)]
     buckets: usize,
     /// Lock stripes of the shared table.
@@ -140,7 +140,8 @@ pub struct BenchStateArgs {
     ring: u64,
     /// Rounds: the variants alternate, `--seconds / --rounds` each per
     /// round; packets per second are the medians over the rounds, the ratio
-    /// the median of the rounds' ratios (this machine is shared and noisy).
+    /// the median of the rounds' ratios (steadier than one long run when
+    /// other work shares the CPUs).
     #[arg(long, default_value_t = 5)]
     rounds: usize,
 }
@@ -180,8 +181,9 @@ struct ShapeResult {
     max_rounds: usize,
     /// Median time of the first (most skewed) round, µs.
     first_round_us_median: f64,
-    /// Median time of a round on the converged state, µs.
-    converged_round_us_median: f64,
+    /// Median time of a round on the converged state, µs; none when no
+    /// round converged within --rounds (JSON null).
+    converged_round_us_median: Option<f64>,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -216,7 +218,7 @@ fn run_shape(cores: usize, buckets: usize, args: &BenchBalanceArgs) -> ShapeResu
         moved_fraction: 0.0,
         max_rounds: 0,
         first_round_us_median: 0.0,
-        converged_round_us_median: 0.0,
+        converged_round_us_median: None,
     };
     let (mut first, mut converged) = (Vec::new(), Vec::new());
     for seed in 0..args.seeds {
@@ -255,11 +257,7 @@ fn run_shape(cores: usize, buckets: usize, args: &BenchBalanceArgs) -> ShapeResu
     }
     r.moved_fraction /= r.cases as f64;
     r.first_round_us_median = median(first);
-    r.converged_round_us_median = if converged.is_empty() {
-        f64::NAN
-    } else {
-        median(converged)
-    };
+    r.converged_round_us_median = (!converged.is_empty()).then(|| median(converged));
     r
 }
 
@@ -412,6 +410,9 @@ struct DaemonRow {
 
 /// `rsspp bench daemon`.
 fn run_daemon(args: &BenchDaemonArgs) -> Result<(), CliError> {
+    for &size in &args.reta_sizes {
+        CliError::check_table_size("--reta-sizes", size)?;
+    }
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         return Err(CliError::Invalid(
@@ -435,11 +436,6 @@ fn run_daemon(args: &BenchDaemonArgs) -> Result<(), CliError> {
     };
     let mut rows = Vec::new();
     for &size in &args.reta_sizes {
-        if !(64..=65_536).contains(&size) || !size.is_power_of_two() {
-            return Err(CliError::Invalid(format!(
-                "--reta-sizes: {size} is not a power of two from 64 to 65536"
-            )));
-        }
         let c = rsspp_linux::bench_daemon::measure(size, args.rounds, args.pps, bucket_metrics)?;
         rows.push(DaemonRow {
             reta_size: c.reta_size,
@@ -497,6 +493,7 @@ fn thread_cpu_ns() -> Option<u64> {
 
 /// `rsspp bench state`: runs both variants and prints the summary or JSON.
 fn run_state(args: &BenchStateArgs) -> Result<(), CliError> {
+    CliError::check_table_size("--buckets", args.buckets)?;
     let config = BenchStateConfig {
         seconds: args.seconds,
         flows: args.flows,
@@ -534,6 +531,10 @@ fn run_state(args: &BenchStateArgs) -> Result<(), CliError> {
                 Positive::Workers => ("--workers", args.workers.to_string()),
                 Positive::Flows => ("--flows", args.flows.to_string()),
                 Positive::Seconds => ("--seconds", args.seconds.to_string()),
+                Positive::Stripes => ("--stripes", args.stripes.to_string()),
+                Positive::Batch => ("--batch", args.batch.to_string()),
+                Positive::Ring => ("--ring", args.ring.to_string()),
+                Positive::Rounds => ("--rounds", args.rounds.to_string()),
             };
             CliError::OutOfRange {
                 flag,
@@ -623,7 +624,7 @@ fn run_balance(args: &BenchBalanceArgs) -> Result<(), CliError> {
         );
         for r in &results {
             t += &format!(
-                "{:>5} × {:<5}    {:>5}  {:>6.3} → {:<6.4}         {:>6.1}% → {:<5.2}%        {:>5.1}%   {:>5}   {:>10.1}   {:>9.1}\n",
+                "{:>5} × {:<5}    {:>5}  {:>6.3} → {:<6.4}         {:>6.1}% → {:<5.2}%        {:>5.1}%   {:>5}   {:>10.1}   {:>9}\n",
                 r.cores,
                 r.buckets,
                 r.cases,
@@ -635,10 +636,12 @@ fn run_balance(args: &BenchBalanceArgs) -> Result<(), CliError> {
                 r.max_rounds,
                 r.first_round_us_median,
                 r.converged_round_us_median
+                    .map_or_else(|| "n/a".to_string(), |us| format!("{us:.1}"))
             );
         }
         t += "makespan/optimum: most loaded core over max(heaviest bucket, mean load), the worst case of each shape;\n\
-              imbalance: (max - min) / min of the cores not holding an isolated elephant, worst case.\n";
+              imbalance: (max - min) / min of the cores not holding an isolated elephant, worst case;\n\
+              converged: a round that moved nothing (n/a: none within --rounds).\n";
         t
     };
     std::io::stdout()

@@ -75,10 +75,11 @@ rsspp compare --policies rss --reframer 64 --cache-flows 16\n  \
 rsspp compare --trace capture.pcap --cores 4 --json > result.json\n  \
 rsspp compare --policies rss,sprayer --sweep --out sweep.html\n\n\
 The HTML report (per-core load heatmaps, imbalance, latency CDF, drops, cores in use) is\n\
-self-contained: it opens offline in any browser.")]
+self-contained: it opens offline in any browser. It is written to rsspp-compare.html unless\n\
+--out names another file; with --json only when --out names one; never with --no-report.")]
 pub struct CompareArgs {
     /// Replay this pcap/pcapng instead of a preset ('-' for standard input).
-    #[arg(long, value_name = "FILE", conflicts_with = "preset")]
+    #[arg(short = 'r', long, value_name = "FILE", conflicts_with = "preset")]
     trace: Option<PathBuf>,
     /// --trace: replay the capture again, its timestamps shifted, as many
     /// times as --duration needs (a short capture at a high load).
@@ -98,21 +99,23 @@ pub struct CompareArgs {
     /// Processing cores simulated.
     #[arg(long, default_value_t = 8, value_name = "N")]
     cores: usize,
-    /// Policies to compare, comma-separated.
+    /// Policies to compare, comma-separated, each named once.
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     policies: Option<Vec<String>>,
-    /// Replay speed chosen so that the average core load is X.
+    /// Replay speed chosen so that the average core load is X (more than
+    /// 0, at most 1.5).
     #[arg(
         long,
         default_value_t = 0.8,
         value_name = "X",
-        conflicts_with = "speed"
+        conflicts_with = "speed",
+        allow_negative_numbers = true
     )]
     load: f64,
     /// Replay speed (1 = the trace's own timing) instead of --load.
     #[arg(long, value_name = "X", allow_negative_numbers = true)]
     speed: Option<f64>,
-    /// Simulated seconds.
+    /// Simulated seconds (more than 0, at most 86400).
     #[arg(
         long,
         default_value_t = 10.0,
@@ -164,7 +167,7 @@ pub struct CompareArgs {
     /// Descriptors per receive queue.
     #[arg(long, default_value_t = 4096, value_name = "N")]
     queue_size: usize,
-    /// Indirection table size.
+    /// Indirection table size (a power of two from 64 to 65536).
     #[arg(long, default_value_t = 512, value_name = "N")]
     reta_size: usize,
     /// Replay along the RSS++ paper's Figure 11 shape: the rate climbs from
@@ -203,8 +206,8 @@ pub struct CompareArgs {
     /// model an L1-sized working set, where packet locality matters most).
     #[arg(long, default_value_t = 512, value_name = "N")]
     cache_flows: u32,
-    /// Print the comparison as JSON instead of a table (the report is still
-    /// written).
+    /// Print the comparison as JSON instead of a table; no HTML report
+    /// then, unless --out names one.
     #[arg(long)]
     json: bool,
     /// Also run every policy at requested loads of 50 % to 100 % (a quarter
@@ -212,13 +215,23 @@ pub struct CompareArgs {
     /// load curves.
     #[arg(long)]
     sweep: bool,
-    /// Where to write the HTML report (replaced atomically).
-    #[arg(long, value_name = "FILE", default_value = "rsspp-compare.html")]
-    out: PathBuf,
+    /// Where to write the HTML report (replaced atomically; checked
+    /// before the simulation). Default: rsspp-compare.html, none with
+    /// --json.
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
     /// Do not write the HTML report.
     #[arg(long, conflicts_with = "out")]
     no_report: bool,
 }
+
+/// The longest simulation `--duration` asks for, seconds (a day, as for a
+/// generated trace; the simulator's own limit).
+const MAX_DURATION_S: f64 = rsspp_trace::generate::MAX_DURATION_S;
+
+/// The highest `--load` (the simulator's limit: beyond it the pilot's
+/// estimate of the needed speed means little).
+const MAX_LOAD: f64 = 1.5;
 
 /// Checks `--interval-ms` and `--target-load` with core's own ranges.
 fn check_control(args: &CompareArgs) -> Result<(), CliError> {
@@ -245,20 +258,30 @@ fn check_control(args: &CompareArgs) -> Result<(), CliError> {
 
 /// Runs `rsspp compare`.
 pub fn run_compare(args: &CompareArgs) -> Result<(), CliError> {
-    let policies: Vec<String> = match &args.policies {
-        Some(list) => list.iter().map(|s| s.trim().to_string()).collect(),
+    let policies = match &args.policies {
+        Some(list) => policy_list(list)?,
         None => POLICY_NAMES.iter().map(|s| s.to_string()).collect(),
     };
-    if policies.is_empty() || policies.iter().any(String::is_empty) {
-        return Err(CliError::Invalid(
-            "--policies needs at least one name".into(),
-        ));
-    }
     if !(1..=64).contains(&args.cores) {
         return Err(CliError::OutOfRange {
             flag: "--cores",
             expected: "between 1 and 64".into(),
             value: args.cores.to_string(),
+        });
+    }
+    CliError::check_table_size("--reta-size", args.reta_size)?;
+    if !(args.duration.is_finite() && args.duration > 0.0 && args.duration <= MAX_DURATION_S) {
+        return Err(CliError::OutOfRange {
+            flag: "--duration",
+            expected: format!("more than 0 and at most {MAX_DURATION_S} seconds").into(),
+            value: args.duration.to_string(),
+        });
+    }
+    if args.speed.is_none() && !(args.load > 0.0 && args.load <= MAX_LOAD) {
+        return Err(CliError::OutOfRange {
+            flag: "--load",
+            expected: format!("more than 0 and at most {MAX_LOAD}").into(),
+            value: args.load.to_string(),
         });
     }
     let source = match &args.trace {
@@ -351,13 +374,14 @@ pub fn run_compare(args: &CompareArgs) -> Result<(), CliError> {
         });
     }
     // A report that cannot be written should fail now, not after the run.
-    if !args.no_report {
-        if args.out.as_os_str() == "-" {
+    let report_path = report_path(args);
+    if let Some(path) = &report_path {
+        if path.as_os_str() == "-" {
             return Err(CliError::Invalid(
                 "--out -: the report is written to a file; --no-report skips it".into(),
             ));
         }
-        atomic::check_destination(&args.out)?;
+        atomic::check_destination(path)?;
     }
     let config = CompareConfig {
         run: RunConfig {
@@ -410,13 +434,13 @@ pub fn run_compare(args: &CompareArgs) -> Result<(), CliError> {
         print_table(&mut stdout, &comparison, out.speed, out.packets).map_err(CliError::output)?;
         print_sweep(&mut stdout, &comparison.sweep).map_err(CliError::output)?;
     }
-    if !args.no_report {
-        write_report(&args.out, &comparison)?;
+    if let Some(path) = &report_path {
+        write_report(path, &comparison)?;
         // Standard output stays pure JSON with --json.
         if args.json {
-            eprintln!("report: {}", args.out.display());
+            eprintln!("report: {}", path.display());
         } else {
-            writeln!(stdout, "report: {}", args.out.display()).map_err(CliError::output)?;
+            writeln!(stdout, "report: {}", path.display()).map_err(CliError::output)?;
         }
     }
     if !args.json {
@@ -429,6 +453,46 @@ pub fn run_compare(args: &CompareArgs) -> Result<(), CliError> {
     }
     Ok(())
 }
+
+/// The names of `--policies`, in order: none empty, none twice (a policy
+/// run twice gives the same row twice, from the same seed).
+fn policy_list(list: &[String]) -> Result<Vec<String>, CliError> {
+    let names: Vec<String> = list.iter().map(|s| s.trim().to_string()).collect();
+    if names.iter().all(String::is_empty) {
+        return Err(CliError::Invalid(
+            "--policies needs at least one name".into(),
+        ));
+    }
+    if names.iter().any(String::is_empty) {
+        return Err(CliError::Invalid(format!(
+            "--policies {}: an empty name (two commas in a row, or one at an end)",
+            list.join(",")
+        )));
+    }
+    for (i, name) in names.iter().enumerate() {
+        if names[..i].contains(name) {
+            return Err(CliError::Invalid(format!(
+                "--policies names {name} twice: name each policy once"
+            )));
+        }
+    }
+    Ok(names)
+}
+
+/// Where the HTML report goes, if anywhere: `--out`, or by default
+/// `rsspp-compare.html` for the table and none with `--json` (whose reader
+/// is a program); `--no-report`: none.
+fn report_path(args: &CompareArgs) -> Option<PathBuf> {
+    match (&args.out, args.no_report, args.json) {
+        (_, true, _) => None,
+        (Some(path), false, _) => Some(path.clone()),
+        (None, false, true) => None,
+        (None, false, false) => Some(PathBuf::from(DEFAULT_REPORT)),
+    }
+}
+
+/// The report's file when `--out` names none.
+const DEFAULT_REPORT: &str = "rsspp-compare.html";
 
 /// Reads `--cost-model` and sets `cost` from it; returns the function's
 /// name and its measured nanoseconds a packet.
@@ -610,5 +674,10 @@ fn print_table(
             stat(s.cycles_per_packet, 8, 0)
         )?;
     }
+    writeln!(
+        out,
+        "{}, % (median of 1-s samples)",
+        rsspp_core::measure::IMBALANCE_DEFINITION
+    )?;
     Ok(())
 }

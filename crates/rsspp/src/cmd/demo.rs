@@ -6,6 +6,7 @@
 //! on arrival, core loads capped at 1.0 (a saturated core cannot report its
 //! true demand), then runs the same control loop as the daemon.
 
+use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
 use clap::Args;
@@ -30,15 +31,20 @@ pub struct DemoArgs {
     /// Cores serving the table.
     #[arg(long, default_value_t = 8)]
     cores: usize,
-    /// Indirection table size (power of two, 64–65536).
+    /// Indirection table size (a power of two from 64 to 65536).
     #[arg(long, default_value_t = 128)]
     buckets: usize,
     /// Average demand per core, in cores (0.7 = 70%).
     #[arg(long, default_value_t = 0.7)]
     load: f64,
-    /// Rebalancing rounds to run (100 ms apart).
+    /// Rebalancing rounds to run.
     #[arg(long, default_value_t = 3)]
     rounds: usize,
+    /// Wall-clock time between two rounds, each printed as it ends.
+    /// Default: the control loop's own interval (100 ms) at a terminal, 0
+    /// otherwise.
+    #[arg(long, value_name = "MS")]
+    pace_ms: Option<u64>,
     /// Seed of the workload.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -88,6 +94,17 @@ fn summary(true_load: &[f64], active: &[usize]) -> (f64, f64) {
     (max, imbalance_ratio(&loads))
 }
 
+/// Writes what `o` holds to standard output at once (each round appears as
+/// it ends) and empties it.
+fn show(o: &mut String) -> Result<(), CliError> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(o.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(CliError::output)?;
+    o.clear();
+    Ok(())
+}
+
 fn print_loads(o: &mut String, true_load: &[f64], active: &[usize]) {
     for (c, &l) in true_load.iter().enumerate() {
         let note = if !active.contains(&c) {
@@ -120,6 +137,7 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
     } else {
         args.cores
     };
+    CliError::check_table_size("--buckets", args.buckets)?;
     let table = IndirectionTable::equal(args.buckets, first_cores)?;
     if args.buckets <= first_cores {
         return Err(CliError::Invalid(format!(
@@ -136,6 +154,7 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
         ..ControlConfig::default()
     };
     let mut table = table;
+    let interval = config.interval;
     let mut ctl = ControlLoop::new(config);
     let mut o = String::new();
 
@@ -153,13 +172,20 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
         "static table (like `ethtool -X IF equal {first_cores}`):"
     );
     print_loads(&mut o, &true_load, &active);
+    show(&mut o)?;
     let (max_before, spread_before) = summary(&true_load, &active);
+    let pace = match args.pace_ms {
+        Some(ms) => Duration::from_millis(ms),
+        None if std::io::stdout().is_terminal() => interval,
+        None => Duration::ZERO,
+    };
 
     let mut moved = 0;
     let mut isolated: Vec<usize> = Vec::new();
     let mut solve_total = Duration::ZERO;
     let mut now = Duration::ZERO;
     for round in 1..=args.rounds {
+        std::thread::sleep(pace);
         let m = measure(&table, &demand, args.cores);
         let started = Instant::now();
         let tick = ctl.tick(now, &table, &m.bucket_packets, &m.core_load)?;
@@ -183,6 +209,7 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
                 "round {round}: balanced, nothing moves ({} µs)",
                 took.as_micros()
             );
+            show(&mut o)?;
             continue;
         }
         let scaling = match out.scaling {
@@ -204,6 +231,7 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
         tracing::info!("plan applied: {handed}");
         let true_load = measure(&table, &demand, args.cores).true_load;
         print_loads(&mut o, &true_load, &out.active_cores);
+        show(&mut o)?;
     }
     let true_load = measure(&table, &demand, args.cores).true_load;
     let active = table.cores_in_use();
@@ -240,8 +268,5 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
     if !elephant_cores.is_empty() {
         outln!(o, "(a core holding an elephant flow cannot drop below that flow's demand: RSS++ moves buckets, not packets)");
     }
-    use std::io::Write as _;
-    std::io::stdout()
-        .write_all(o.as_bytes())
-        .map_err(CliError::output)
+    show(&mut o)
 }

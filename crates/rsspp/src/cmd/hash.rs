@@ -21,7 +21,8 @@ pub struct HashArgs {
     /// RSS key: 'microsoft' (default), 'symmetric', or at least 40 hex bytes.
     #[arg(long, default_value = "microsoft")]
     key: String,
-    /// Also print the bucket of a table of this many entries (power of two).
+    /// Also print the bucket of a table of this many entries (a power of
+    /// two from 64 to 65536).
     #[arg(long, value_name = "N")]
     reta_size: Option<usize>,
     /// Read 'SRC DST SPORT DPORT' lines from stdin ('-' for both ports: hash
@@ -87,11 +88,7 @@ fn line_for(toeplitz: &Toeplitz, flow: &FlowKey, reta_size: Option<usize>) -> St
 pub fn run(args: &HashArgs) -> Result<(), CliError> {
     let key: RssKey = args.key.parse()?;
     if let Some(n) = args.reta_size {
-        if !n.is_power_of_two()
-            || !(rsspp_core::reta::MIN_SIZE..=rsspp_core::reta::MAX_SIZE).contains(&n)
-        {
-            return Err(rsspp_core::reta::RetaError::BadSize(n).into());
-        }
+        CliError::check_table_size("--reta-size", n)?;
     }
     let toeplitz = Toeplitz::new(key);
     let stdout = std::io::stdout();

@@ -68,7 +68,7 @@ rsspp nf --in eth0 --out eth1 --cpus 2,3 --chain firewall,nat,monitor --rules fw
 Metrics are served at http://127.0.0.1:9464/metrics, as by `rsspp run`; watch them live with `rsspp top`.")]
 pub struct NfArgs {
     /// Interface to receive from.
-    #[arg(long = "in", value_name = "IFACE")]
+    #[arg(short = 'i', long = "in", value_name = "IFACE")]
     input: String,
     /// Interface to transmit to, frames unchanged but for what a function
     /// rewrites; without it, frames are dropped after processing.

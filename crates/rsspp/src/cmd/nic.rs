@@ -57,11 +57,12 @@ struct SetArgs {
     /// Write an additional RSS context's table instead of the main one.
     #[arg(long, value_name = "N")]
     context: Option<u32>,
-    /// Bucket i goes to queue QUEUES[i mod n] (`IndirectionTable::equal_over`).
+    /// Bucket i goes to queue QUEUES[i mod n] (like `ethtool -X IFACE
+    /// equal N`, over the queues named).
     #[arg(long, value_name = "Q0,Q1,…", value_delimiter = ',', num_args = 1)]
     equal: Option<Vec<u32>>,
-    /// Queue k gets a contiguous run of buckets proportional to Wk
-    /// (`IndirectionTable::weighted`, like `ethtool -X IFACE weight W0 W1 …`).
+    /// Queue k gets a contiguous run of buckets proportional to Wk (like
+    /// `ethtool -X IFACE weight W0 W1 …`).
     #[arg(long, value_name = "W0,W1,…", value_delimiter = ',', num_args = 1)]
     weights: Option<Vec<u32>>,
 }

@@ -71,14 +71,25 @@ enum LoadArg {
 
 /// Arguments of `rsspp run`.
 #[derive(Debug, Args)]
-#[command(after_help = "Examples:\n  \
-rsspp run --iface eth0 --cpus 0-7\n  \
+#[command(
+    after_help = "Examples:\n  \
+rsspp run -i eth0 --cpus 0-7\n  \
 rsspp run --iface eth0 --mode hardware --cpus 0-3 --autoscale\n  \
-rsspp run --iface veth0 --xdp-mode skb --no-balance --duration 30\n\n\
-Metrics are served at http://127.0.0.1:9464/metrics; watch them live with `rsspp top`.")]
+rsspp run --iface veth0 --xdp-mode skb --no-balance --duration 30\n  \
+rsspp run --config /etc/rsspp/rsspp.toml --cpus 0-3\n\n\
+A configuration file (--config) sets options as TOML keys named as the flags, without the\n\
+dashes: iface = \"eth0\", cpus = \"0-7\", interval_ms = 100, autoscale = true, ... Flags typed\n\
+on the command line override it; a key that is not an option is refused.\n\n\
+Metrics are served at http://127.0.0.1:9464/metrics; watch them live with `rsspp top`.",
+    args_override_self = true
+)]
 pub struct RunArgs {
+    /// Read options from this TOML file (keys named as the flags); the
+    /// flags given here override it.
+    #[arg(long, value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
     /// The interface to balance.
-    #[arg(long, value_name = "IF")]
+    #[arg(short, long, value_name = "IF")]
     iface: String,
     /// Software steering (XDP + CPUMAP) or the NIC's own table.
     #[arg(long, value_enum, default_value = "software")]
@@ -88,8 +99,8 @@ pub struct RunArgs {
     /// nic show`), kernel list syntax: 0-3,6. Default: every online CPU.
     #[arg(long, value_name = "LIST")]
     cpus: Option<String>,
-    /// Buckets in the table (software mode: a power of two, 64 to 65536,
-    /// default 128; hardware mode: the NIC's size, read from it).
+    /// Buckets in the table (software mode: a power of two from 64 to
+    /// 65536, default 128; hardware mode: the NIC's size, read from it).
     #[arg(long, value_name = "N")]
     reta_size: Option<usize>,
     /// Interval between rebalancing rounds.
@@ -217,6 +228,9 @@ fn check(args: &RunArgs) -> Result<ServiceConfig, CliError> {
             "--context 0 is the NIC's main table: leave --context out to balance it".into(),
         ));
     }
+    if let (Mode::Software, Some(size)) = (args.mode, args.reta_size) {
+        CliError::check_table_size("--reta-size", size)?;
+    }
     let mut control = ControlConfig {
         interval: Duration::from_millis(args.interval_ms),
         max_interval: Duration::from_millis(args.max_interval_ms),
@@ -318,6 +332,11 @@ fn bad_option(args: &RunArgs, e: BalanceError) -> CliError {
 /// Runs `rsspp run`.
 pub fn run(args: &RunArgs) -> Result<(), CliError> {
     let config = check(args)?;
+    // The file's options were put on the command line before parsing
+    // (`crate::config`): here it is only said where they came from.
+    if let Some(path) = &args.config {
+        tracing::info!(config = %path.display(), "options read from the configuration file");
+    }
     // The process's signals are the front end's business: the service
     // only watches the flag.
     let stop = Arc::new(AtomicBool::new(false));

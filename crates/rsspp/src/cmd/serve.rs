@@ -57,7 +57,7 @@ pub struct ServeArgs {
     json: bool,
     /// Use the table (and key) of the `rsspp run` daemon steering this
     /// interface in software mode instead of a table of our own.
-    #[arg(long, value_name = "IF")]
+    #[arg(short, long, value_name = "IF")]
     iface: Option<String>,
     /// Buckets of our own table (power of two; not with --iface).
     #[arg(

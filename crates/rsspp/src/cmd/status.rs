@@ -13,7 +13,7 @@ use crate::error::CliError;
 #[derive(Debug, Args)]
 pub struct StatusArgs {
     /// Only this interface.
-    #[arg(long, value_name = "IF")]
+    #[arg(short, long, value_name = "IF")]
     iface: Option<String>,
     /// Print JSON instead of text.
     #[arg(long)]
@@ -24,7 +24,7 @@ pub struct StatusArgs {
 #[derive(Debug, Args)]
 pub struct DetachArgs {
     /// The interface to remove rsspp's program from.
-    #[arg(long, value_name = "IF")]
+    #[arg(short, long, value_name = "IF")]
     iface: String,
 }
 

@@ -32,6 +32,35 @@ enum TraceCommand {
     /// Analyse a pcap/pcapng capture: volumes, flow and frame sizes, active
     /// and new flows per second, heavy hitters, Reframer's locality measures.
     Stats(StatsArgs),
+    /// Send a capture's frames out of an interface (AF_PACKET, as root): at
+    /// the capture's own pace or --pps, once or --loop, up to --count.
+    Replay(ReplayArgs),
+}
+
+/// Arguments of `rsspp trace replay`.
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  \
+rsspp trace gen --preset udp-flows --flows 64 --duration 1 --pps 10000 -o udp.pcap\n  \
+rsspp trace replay -i veth0 udp.pcap\n  \
+rsspp trace replay -i veth0 --pps 20000 --loop --count 1000000 udp.pcap\n\n\
+Frames go as captured (a capture cut to its headers, as trace gen's 64-byte snaplen, sends\n\
+the headers); cooked (tcpdump -i any) and raw-IP captures get a made-up Ethernet header.\n\
+Frames longer than the interface's MTU are skipped and counted. Ctrl-C stops and reports.")]
+pub struct ReplayArgs {
+    /// The interface the frames leave through.
+    #[arg(short, long, value_name = "IF")]
+    iface: String,
+    /// pcap or pcapng file ('-' for standard input, without --loop).
+    file: String,
+    /// Frames a second (default: the capture's own timing).
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pps: Option<f64>,
+    /// At the end of the capture, start again (until --count, or Ctrl-C).
+    #[arg(long = "loop")]
+    repeat: bool,
+    /// Stop after N frames sent.
+    #[arg(long, value_name = "N")]
+    count: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -61,14 +90,24 @@ pub struct GenArgs {
     /// Traffic preset.
     #[arg(long, value_enum)]
     preset: PresetName,
-    /// Trace length, seconds.
-    #[arg(long, default_value_t = 10.0, value_name = "S")]
+    /// Trace length, seconds (more than 0, at most 86400).
+    #[arg(
+        long,
+        default_value_t = 10.0,
+        value_name = "S",
+        allow_negative_numbers = true
+    )]
     duration: f64,
     /// Replay the preset X times faster (timestamps compressed).
-    #[arg(long, value_name = "X", conflicts_with = "pps")]
+    #[arg(
+        long,
+        value_name = "X",
+        conflicts_with = "pps",
+        allow_negative_numbers = true
+    )]
     speed: Option<f64>,
     /// Target packet rate (sets the speed).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pps: Option<f64>,
     /// Random seed: the same seed gives the same file.
     #[arg(long, default_value_t = 1, value_name = "N")]
@@ -101,9 +140,13 @@ pub struct GenArgs {
 ([[packets, fraction], ...]), frame_size_cdf, active_flows_per_s, new_flows_per_s, \
 heavy_hitters, spatial_locality_factor and locality."
 )]
+#[command(group(clap::ArgGroup::new("capture").required(true).args(["file", "read"])))]
 pub struct StatsArgs {
     /// pcap or pcapng file ('-' for standard input).
-    file: String,
+    file: Option<String>,
+    /// The capture, as tcpdump -r reads it (instead of FILE).
+    #[arg(short = 'r', value_name = "FILE")]
+    read: Option<String>,
     /// Print JSON instead of tables.
     #[arg(long)]
     json: bool,
@@ -130,6 +173,7 @@ pub fn run(args: &TraceArgs) -> Result<(), CliError> {
     match &args.command {
         TraceCommand::Gen(a) => generate(a),
         TraceCommand::Stats(a) => stats(a),
+        TraceCommand::Replay(a) => replay(a),
     }
 }
 
@@ -155,6 +199,14 @@ fn generate(args: &GenArgs) -> Result<(), CliError> {
         PresetName::Elephants => Preset::Elephants,
         PresetName::ShortConnections => Preset::ShortConnections,
     };
+    let max = rsspp_trace::generate::MAX_DURATION_S;
+    if !(args.duration.is_finite() && args.duration > 0.0 && args.duration <= max) {
+        return Err(CliError::OutOfRange {
+            flag: "--duration",
+            expected: format!("more than 0 and at most {max} seconds").into(),
+            value: args.duration.to_string(),
+        });
+    }
     let mut config = GenConfig::new(preset);
     config.duration_s = args.duration;
     config.seed = args.seed;
@@ -198,6 +250,97 @@ fn generate(args: &GenArgs) -> Result<(), CliError> {
     Ok(())
 }
 
+/// `rsspp trace replay`.
+fn replay(args: &ReplayArgs) -> Result<(), CliError> {
+    use rsspp_linux::replay::{self, Pace, ReplayConfig, ReplayError, MAX_PPS};
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+
+    let pace = match args.pps {
+        None => Pace::Capture,
+        Some(pps) if pps > 0.0 && pps <= MAX_PPS => Pace::Pps(pps),
+        Some(pps) => {
+            return Err(CliError::OutOfRange {
+                flag: "--pps",
+                expected: format!("more than 0 and at most {MAX_PPS}").into(),
+                value: pps.to_string(),
+            })
+        }
+    };
+    if args.count == Some(0) {
+        return Err(CliError::OutOfRange {
+            flag: "--count",
+            expected: "at least 1".into(),
+            value: "0".into(),
+        });
+    }
+    let path = args.file.as_str();
+    let stdin = path == "-";
+    if stdin && args.repeat {
+        return Err(CliError::Invalid(
+            "--loop reads the capture again: it needs a file, not standard input".into(),
+        ));
+    }
+    let config = ReplayConfig {
+        iface: args.iface.clone(),
+        pace,
+        repeat: args.repeat,
+        count: args.count,
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    for signal in [SIGINT, SIGTERM] {
+        signal_hook::flag::register(signal, Arc::clone(&stop))
+            .map_err(|e| CliError::Invalid(format!("cannot handle signal {signal}: {e}")))?;
+    }
+    let open = || -> Result<TraceReader<'static>, ReplayError> {
+        if stdin {
+            return Ok(TraceReader::new(std::io::stdin())?);
+        }
+        let file = File::open(path).map_err(ReplayError::Open)?;
+        Ok(TraceReader::new(BufReader::new(file))?)
+    };
+    let report = replay::replay(&config, open, &stop).map_err(|e| match e {
+        ReplayError::Trace(e) => trace_error(path, e),
+        ReplayError::Open(source) => CliError::Io {
+            path: path.to_string(),
+            source,
+        },
+        ReplayError::NothingToSend { .. } => CliError::Invalid(format!("{path}: {e}")),
+        e => CliError::Replay(e),
+    })?;
+    let seconds = report.elapsed_us as f64 / 1e6;
+    let mut text = format!(
+        "sent {} frames ({} bytes) out of {} in {seconds:.3} s ({:.0} frames/s), {} pass{}",
+        report.sent,
+        report.bytes,
+        args.iface,
+        if seconds > 0.0 {
+            report.sent as f64 / seconds
+        } else {
+            0.0
+        },
+        report.passes,
+        if report.passes == 1 { "" } else { "es" }
+    );
+    if report.not_ethernet > 0 {
+        text += &format!(
+            "; {} frames skipped (not Ethernet, or too short)",
+            report.not_ethernet
+        );
+    }
+    if report.too_long > 0 {
+        text += &format!(
+            "; {} frames skipped (longer than {}'s MTU)",
+            report.too_long, args.iface
+        );
+    }
+    if report.interrupted {
+        text += "; stopped";
+    }
+    writeln!(std::io::stdout().lock(), "{text}").map_err(CliError::output)
+}
+
 fn stats(args: &StatsArgs) -> Result<(), CliError> {
     if args.buffer_us.len() > rsspp_trace::stats::MAX_BUFFERS {
         return Err(CliError::Invalid(format!(
@@ -209,7 +352,11 @@ fn stats(args: &StatsArgs) -> Result<(), CliError> {
         buffer_us: args.buffer_us.clone(),
         top: args.top,
     };
-    let path = args.file.as_str();
+    let path = args
+        .file
+        .as_deref()
+        .or(args.read.as_deref())
+        .ok_or_else(|| CliError::Invalid("trace stats needs a capture: FILE or -r FILE".into()))?;
     let keep = args.keep_partial;
     let report = if path == "-" {
         let mut reader = TraceReader::new(std::io::stdin())
