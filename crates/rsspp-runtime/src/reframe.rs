@@ -6,6 +6,11 @@
 //! ([`rsspp_core::reframer::Reframer`], the simulator's own): this module
 //! only gives it dense flow numbers and keeps the frames' bytes.
 //!
+//! A frame enters at its kernel receive timestamp (on the worker's
+//! monotonic clock), not when its ring block was read: the ring hands frames
+//! over in blocks (retired every 2 ms at low rates), and timing them by the
+//! block would regroup a whole block whatever `T_buff`.
+//!
 //! Flow numbers are dense and recycled: a flow holds one while it has
 //! frames buffered, so the engine's table grows with the flows buffered at
 //! once, not with the flows seen. The spatial locality factor of the stream
@@ -20,6 +25,18 @@ use rsspp_core::reframer::{Ns, ReframedPacket, Reframer, ReframerConfig, Reframe
 use rsspp_core::FlowKey;
 use rsspp_trace::record::tcp_flags;
 use serde::Serialize;
+
+/// `CLOCK_REALTIME`, nanoseconds: the clock of the frames' kernel
+/// timestamps, which the worker turns into its monotonic clock.
+pub(crate) fn realtime_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-parameter.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
 
 /// What the engine moves around: a handle on a held frame.
 #[derive(Debug, Clone, Copy)]

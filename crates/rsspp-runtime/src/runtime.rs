@@ -354,6 +354,7 @@ pub fn run<N: NetworkFunction>(
                 reframe,
                 due: Vec::new(),
                 now: 0,
+                realtime_to_monotonic: 0,
             },
         };
         let handle = std::thread::Builder::new()

@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use crate::afpacket::{monotonic_ns, pin_to, Frame, RxRing, TxSocket};
 use crate::nf::{headers, BucketFlows, NetworkFunction, Packet, SharedFlows, Verdict};
-use crate::reframe::{HeldFrame, ReframeStage, ReframerReport};
+use crate::reframe::{realtime_ns, HeldFrame, ReframeStage, ReframerReport};
 
 /// What a bucket carries from worker to worker: its flow table, or nothing
 /// when the flow table is shared.
@@ -176,8 +176,12 @@ pub(crate) struct Core<N: NetworkFunction> {
     pub reframe: Option<ReframeStage>,
     /// Frames the stage let go, waiting to be processed.
     pub due: Vec<HeldFrame>,
-    /// Monotonic time of the current block (the stage's clock).
+    /// Monotonic time when the current block was taken (no frame of it
+    /// arrived later).
     pub now: u64,
+    /// `CLOCK_MONOTONIC` minus `CLOCK_REALTIME`, read with `now`: turns a
+    /// frame's kernel timestamp (real time) into the stage's clock.
+    pub realtime_to_monotonic: i128,
 }
 
 /// A worker's result: its report, its network function, its flow states.
@@ -240,7 +244,10 @@ impl<N: NetworkFunction> Core<N> {
                     hash,
                     bucket,
                     record.tcp_flags,
-                    self.now,
+                    // When the kernel received it, on the monotonic clock
+                    // (a clock step moves it at most to the block's time).
+                    (i128::from(frame.timestamp_ns) + self.realtime_to_monotonic)
+                        .clamp(0, i128::from(self.now)) as u64,
                     &mut self.due,
                 );
                 self.process_due();
@@ -544,7 +551,9 @@ impl<N: NetworkFunction> Worker<N> {
                 }
             }
             if core.reframe.is_some() {
+                let real = realtime_ns();
                 core.now = monotonic_ns();
+                core.realtime_to_monotonic = i128::from(core.now) - i128::from(real);
             }
             let mut n = ring.next_block(|frame| core.frame(frame));
             let now = monotonic_ns();

@@ -451,13 +451,17 @@ fn figure() {
     let dir = Scratch::new("figure");
     let trace = gen(&dir.0, "campus", "0.2");
     let ns = with_second_pair("reframe-figure");
-    for reframer in [None, Some("200"), Some("1000")] {
+    for (out, reframer) in [
+        (false, None),
+        (false, Some("200")),
+        (false, Some("1000")),
+        (true, None),
+        (true, Some("200")),
+    ] {
         let mut args = vec![
             "nf",
             "--in",
             "veth1",
-            "--out",
-            "veth2",
             "--cpus",
             "1",
             "--chain",
@@ -468,6 +472,9 @@ fn figure() {
             "--json",
             "--no-metrics",
         ];
+        if out {
+            args.extend(["--out", "veth2"]);
+        }
         if let Some(us) = reframer {
             args.extend(["--reframer", us]);
         }
@@ -477,7 +484,8 @@ fn figure() {
         let received = s["received"].as_u64().unwrap();
         let busy = w["busy_ns"].as_u64().unwrap();
         println!(
-            "FIGURE reframer={:<5} received {received} forwarded {} dropped {} busy {:.3} s, {:.0} ns busy/frame, SLF at the chain {} -> {}",
+            "FIGURE {} reframer={:<5} received {received} forwarded {} dropped {} busy {:.3} s, {:.0} ns busy/frame, SLF at the chain {} -> {}",
+            if out { "--out veth2" } else { "sink      " },
             reframer.unwrap_or("off"),
             s["forwarded"],
             s["dropped"],
