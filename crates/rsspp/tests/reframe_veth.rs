@@ -496,3 +496,39 @@ fn figure() {
         );
     }
 }
+
+/// Out-of-range settings are refused with the option's name, before
+/// anything is attached (no root needed).
+#[test]
+fn out_of_range_settings_are_refused() {
+    for (args, flag) in [
+        (
+            &["reframe", "--in", "lo", "--out", "lo", "--buffer-us", "0"][..],
+            "--buffer-us",
+        ),
+        (
+            &[
+                "reframe",
+                "--in",
+                "lo",
+                "--out",
+                "lo",
+                "--buffer-us",
+                "100",
+                "--max-burst",
+                "0",
+            ][..],
+            "--max-burst",
+        ),
+        (
+            &["nf", "--in", "lo", "--cpus", "0", "--reframer", "20000"][..],
+            "--reframer",
+        ),
+    ] {
+        let out = Command::new(RSSPP).args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(flag), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+    }
+}
