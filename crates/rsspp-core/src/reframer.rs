@@ -38,6 +38,13 @@ pub trait ReframedPacket: Copy {
     /// Whether it is a TCP connection request (SYN without ACK): those
     /// bypass the stage.
     fn is_syn(&self) -> bool;
+    /// Whether it leaves without delay (the paper's bypass class): by
+    /// default a SYN. A data path may widen the class (FIN and RST too:
+    /// nothing of the flow follows them to batch with). Whatever its flow
+    /// had buffered leaves first, so the flow's order holds.
+    fn bypasses(&self) -> bool {
+        self.is_syn()
+    }
 }
 
 /// "No index" in the intrusive lists.
@@ -135,6 +142,10 @@ pub struct ReframerCounts {
     /// Batches sent early because a SYN of their flow bypassed them (a
     /// reused flow number or a retransmitted SYN: the flow's order is kept).
     pub flush_bypass: u64,
+    /// Batches sent before their deadline on the caller's word
+    /// ([`Reframer::flush_flow`], [`Reframer::flush_all`]: a data path
+    /// handing a bucket over, or stopping).
+    pub flush_early: u64,
     /// Packets in the largest batch emitted.
     pub largest_batch: u32,
     /// Runs of consecutive packets of one flow in the input stream.
@@ -146,7 +157,7 @@ pub struct ReframerCounts {
 impl ReframerCounts {
     /// Batches emitted.
     pub fn batches(&self) -> u64 {
-        self.flush_timeout + self.flush_burst + self.flush_bypass
+        self.flush_timeout + self.flush_burst + self.flush_bypass + self.flush_early
     }
 
     /// Mean packets per emitted batch.
@@ -218,6 +229,7 @@ enum Flush {
     Timeout,
     Burst,
     Bypass,
+    Early,
 }
 
 /// The stage. Feed it packets in time order with [`Reframer::push`], then
@@ -288,7 +300,7 @@ impl<P: ReframedPacket> Reframer<P> {
             self.flows
                 .resize((f + 1).next_power_of_two(), FlowEntry::default());
         }
-        if p.is_syn() {
+        if p.bypasses() {
             // Never delayed; whatever its flow had buffered leaves first so
             // the flow's order holds.
             if self.flows[f].len > 0 {
@@ -338,12 +350,40 @@ impl<P: ReframedPacket> Reframer<P> {
         debug_assert_eq!(self.held(), 0);
     }
 
+    /// Sends `flow`'s batch on now (the latest time seen), before its
+    /// deadline; false if the flow holds nothing.
+    pub fn flush_flow(&mut self, flow: u32, out: &mut Vec<P>) -> bool {
+        match self.flows.get(flow as usize) {
+            Some(entry) if entry.len > 0 => {
+                self.flush(flow, self.now, Flush::Early, out);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Sends every batch on now (the latest time seen), oldest first,
+    /// before their deadlines.
+    pub fn flush_all(&mut self, out: &mut Vec<P>) {
+        while self.oldest != NIL {
+            self.flush(self.oldest, self.now, Flush::Early, out);
+        }
+    }
+
+    /// Deadline of the oldest batch, if any: when [`advance`](Self::advance)
+    /// next has something to send.
+    pub fn next_deadline(&self) -> Option<Ns> {
+        (self.oldest != NIL)
+            .then(|| self.flows[self.oldest as usize].first_ns + self.config.buffer_ns)
+    }
+
     /// Sends `flow`'s batch on at `at` and takes it off the flush list.
     fn flush(&mut self, flow: u32, at: Ns, why: Flush, out: &mut Vec<P>) {
         match why {
             Flush::Timeout => self.counts.flush_timeout += 1,
             Flush::Burst => self.counts.flush_burst += 1,
             Flush::Bypass => self.counts.flush_bypass += 1,
+            Flush::Early => self.counts.flush_early += 1,
         }
         self.unlink(flow);
         let entry = &mut self.flows[flow as usize];
@@ -559,6 +599,31 @@ mod tests {
         let c = r.counts();
         assert_eq!((c.bypassed, c.flush_bypass, c.buffered), (2, 1, 1));
         assert_eq!(r.held(), 0);
+    }
+
+    #[test]
+    fn early_flushes_send_a_flow_or_all_now_in_order() {
+        let mut r = stage(64);
+        let mut out = Vec::new();
+        r.push(&udp(1, 0, 0), &mut out);
+        r.push(&udp(2, 0, 5), &mut out);
+        r.push(&udp(1, 1, 10), &mut out);
+        assert_eq!(r.next_deadline(), Some(64_000));
+        assert!(!r.flush_flow(7, &mut out));
+        assert!(r.flush_flow(2, &mut out));
+        assert_eq!(
+            out.iter()
+                .map(|p| (p.flow, p.seq, p.ready_ns))
+                .collect::<Vec<_>>(),
+            [(2, 0, 10)]
+        );
+        r.push(&udp(3, 0, 20), &mut out);
+        r.flush_all(&mut out);
+        let all: Vec<(u32, u32, Ns)> = out.iter().map(|p| (p.flow, p.seq, p.ready_ns)).collect();
+        assert_eq!(all, [(2, 0, 10), (1, 0, 20), (1, 1, 20), (3, 0, 20)]);
+        assert_eq!(r.next_deadline(), None);
+        let c = r.counts();
+        assert_eq!((c.flush_early, c.batches(), r.held()), (3, 3, 0));
     }
 
     #[test]

@@ -14,6 +14,8 @@
 //! - [`afpacket`] and [`steer`]: the thin layer that reaches the kernel.
 //! - [`nf`]: the network-function trait and the built-in functions.
 //! - [`runtime`]: the controller, the workers' setup, the summary.
+//! - [`reframe`]: Reframer's per-flow batching between a worker's ring and
+//!   its functions (`rsspp nf --reframer`, `rsspp reframe`).
 //! - [`metrics`]: the daemon's exporter, filled every round.
 //! - [`bench`]: `rsspp bench nf`, the cost per packet on a veth pair.
 
@@ -22,11 +24,15 @@ pub mod bench;
 pub mod error;
 pub mod metrics;
 pub mod nf;
+pub mod reframe;
 pub mod runtime;
 pub mod steer;
 mod worker;
 
 pub use error::RuntimeError;
 pub use nf::{Chain, ChainConfig, FlowRecord, Flows, NetworkFunction, Packet, Verdict};
-pub use runtime::{run, Config, Moves, Outcome, ScalingSummary, Summary, TableMode};
+pub use reframe::ReframerReport;
+pub use runtime::{
+    run, Config, Moves, Outcome, ReframerSummary, ScalingSummary, Summary, TableMode,
+};
 pub use worker::WorkerReport;

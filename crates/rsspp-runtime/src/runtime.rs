@@ -26,6 +26,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use rsspp_core::handoff::{Completion, Handoffs, DEFAULT_HANDOFF_TIMEOUT};
 use rsspp_core::measure::{imbalance_ratio, load_from_busy};
 use rsspp_core::rand::SplitMix64;
+use rsspp_core::reframer::ReframerConfig;
 use rsspp_core::state::marks::Shard;
 use rsspp_core::state::{FlowTable, SharedFlowTable, TableConfig, WhenFull};
 use rsspp_core::{
@@ -38,6 +39,7 @@ use crate::afpacket::{self, FanoutGroup, RingConfig, TxSocket};
 use crate::error::RuntimeError;
 use crate::metrics::{Exporter, RoundFigures};
 use crate::nf::{FlowRecord, NetworkFunction};
+use crate::reframe::{ReframeStage, ReframerReport};
 use crate::steer::Steering;
 use crate::worker::{Clock, Core, Finished, ToController, ToWorker, Worker, WorkerReport};
 
@@ -99,6 +101,8 @@ pub struct Config {
     pub key: RssKey,
     /// Serve the daemon's metrics here (`None`: none), updated every round.
     pub metrics: Option<SocketAddr>,
+    /// A Reframer stage in each worker, before the functions (`None`: none).
+    pub reframer: Option<ReframerConfig>,
 }
 
 impl Config {
@@ -126,6 +130,7 @@ impl Config {
             duration: None,
             key: RssKey::microsoft(),
             metrics: None,
+            reframer: None,
         }
     }
 }
@@ -170,8 +175,63 @@ pub struct Summary {
     pub scaling: ScalingSummary,
     /// Handoffs by how they ended.
     pub handoffs: HandoffSummary,
+    /// The Reframer stages, all workers together (`--reframer`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reframer: Option<ReframerSummary>,
     /// Per worker.
     pub workers: Vec<WorkerReport>,
+}
+
+/// The Reframer stages of all workers, summed.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct ReframerSummary {
+    /// `T_buff`, microseconds.
+    pub buffer_us: f64,
+    /// The largest batch: a flow's frames sent on at once.
+    pub max_burst: u32,
+    /// Frames that went in.
+    pub packets_in: u64,
+    /// Frames that came out (all that went in: the stages empty at the end).
+    pub packets_out: u64,
+    /// Frames held in a flow's batch (all but the bypassed ones).
+    pub buffered: u64,
+    /// SYN, FIN and RST frames sent on without delay.
+    pub bypassed: u64,
+    /// Batches sent on, all reasons.
+    pub flushes: u64,
+    /// Batches that left at their deadline.
+    pub flush_timeout: u64,
+    /// Batches that left at the maximum burst.
+    pub flush_burst: u64,
+    /// Batches sent on because a bypassing frame of their flow came.
+    pub flush_bypass: u64,
+    /// Batches sent on early: their bucket was leaving the worker, or the
+    /// run was ending.
+    pub flush_early: u64,
+    /// Mean frames per batch.
+    pub mean_batch: f64,
+    /// Spatial locality factor of the frames the workers received (mean
+    /// run of one flow's frames back to back in a worker's stream).
+    pub slf_in: f64,
+    /// The same, of the frames the stages sent on to the functions.
+    pub slf_out: f64,
+}
+
+impl ReframerSummary {
+    fn add(&mut self, r: &ReframerReport, runs: &mut (u64, u64)) {
+        let c = &r.counts;
+        self.packets_in += c.packets_in;
+        self.packets_out += c.packets_out;
+        self.buffered += c.buffered;
+        self.bypassed += c.bypassed;
+        self.flushes += c.batches();
+        self.flush_timeout += c.flush_timeout;
+        self.flush_burst += c.flush_burst;
+        self.flush_bypass += c.flush_bypass;
+        self.flush_early += c.flush_early;
+        runs.0 += r.key_runs_in;
+        runs.1 += r.key_runs_out;
+    }
 }
 
 /// The runtime's result.
@@ -201,6 +261,10 @@ pub fn run<N: NetworkFunction>(
         .control
         .validate()
         .map_err(|e| RuntimeError::Config(e.to_string()))?;
+    if let Some(r) = &config.reframer {
+        r.validate()
+            .map_err(|e| RuntimeError::Config(e.to_string()))?;
+    }
     let in_index = afpacket::ifindex(&config.input)?;
     let out_index = config
         .output
@@ -260,6 +324,11 @@ pub fn run<N: NetworkFunction>(
                 (state, marks[b])
             })
         });
+        let reframe = config
+            .reframer
+            .map(ReframeStage::new)
+            .transpose()
+            .map_err(|e| RuntimeError::Config(e.to_string()))?;
         let worker = Worker {
             index: w,
             cpu: config.cpus[w],
@@ -282,6 +351,10 @@ pub fn run<N: NetworkFunction>(
                     ..WorkerReport::default()
                 },
                 finished: Vec::new(),
+                reframe,
+                due: Vec::new(),
+                now: 0,
+                realtime_to_monotonic: 0,
             },
         };
         let handle = std::thread::Builder::new()
@@ -336,6 +409,12 @@ pub fn run<N: NetworkFunction>(
         handoffs: controller.summary,
         ..Summary::default()
     };
+    let mut reframer = config.reframer.map(|c| ReframerSummary {
+        buffer_us: c.buffer_ns as f64 / 1000.0,
+        max_burst: c.max_burst,
+        ..ReframerSummary::default()
+    });
+    let mut runs = (0, 0);
     let mut flows = Vec::new();
     for f in &finished {
         for (_, state) in &f.states {
@@ -353,8 +432,18 @@ pub fn run<N: NetworkFunction>(
         for (reason, count) in &f.report.dropped {
             *summary.dropped.entry(reason.clone()).or_default() += count;
         }
+        if let (Some(total), Some(r)) = (reframer.as_mut(), &f.report.reframer) {
+            total.add(r, &mut runs);
+        }
         summary.workers.push(f.report);
     }
+    if let Some(total) = reframer.as_mut() {
+        let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
+        total.mean_batch = ratio(total.buffered, total.flushes);
+        total.slf_in = ratio(total.packets_in, runs.0);
+        total.slf_out = ratio(total.packets_out, runs.1);
+    }
+    summary.reframer = reframer;
     Ok(Outcome { summary, flows })
 }
 

@@ -17,6 +17,7 @@ use serde::Serialize;
 
 use crate::afpacket::{monotonic_ns, pin_to, Frame, RxRing, TxSocket};
 use crate::nf::{headers, BucketFlows, NetworkFunction, Packet, SharedFlows, Verdict};
+use crate::reframe::{realtime_ns, HeldFrame, ReframeStage, ReframerReport};
 
 /// What a bucket carries from worker to worker: its flow table, or nothing
 /// when the flow table is shared.
@@ -141,6 +142,9 @@ pub struct WorkerReport {
     pub slept: u64,
     /// Time asleep so (neither busy nor idle in its load), nanoseconds.
     pub slept_ns: u64,
+    /// Its Reframer stage (`--reframer`), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reframer: Option<ReframerReport>,
 }
 
 /// Everything a worker needs, moved into its thread.
@@ -167,6 +171,17 @@ pub(crate) struct Core<N: NetworkFunction> {
     pub report: WorkerReport,
     /// States kept at the end (the final drain hands them to nobody).
     pub finished: Vec<(usize, BucketState<N::State>)>,
+    /// Reframer between the ring and the functions (`--reframer`); off
+    /// (frames straight through) once the final drain began.
+    pub reframe: Option<ReframeStage>,
+    /// Frames the stage let go, waiting to be processed.
+    pub due: Vec<HeldFrame>,
+    /// Monotonic time when the current block was taken (no frame of it
+    /// arrived later).
+    pub now: u64,
+    /// `CLOCK_MONOTONIC` minus `CLOCK_REALTIME`, read with `now`: turns a
+    /// frame's kernel timestamp (real time) into the stage's clock.
+    pub realtime_to_monotonic: i128,
 }
 
 /// A worker's result: its report, its network function, its flow states.
@@ -216,6 +231,29 @@ impl<N: NetworkFunction> Core<N> {
             .toeplitz
             .hash_flow(&headers::steering_key(&key, frame.data));
         let bucket = bucket_of(hash, self.buckets);
+        if let Some(stage) = self.reframe.as_mut() {
+            // A bucket leaving this worker skips the stage: its buffered
+            // frames were sent on when it began to leave (`flush_bucket`),
+            // and what is left of it must reach the mark at once.
+            if !self.shard.releasing().contains(&bucket) {
+                stage.push(
+                    frame.data,
+                    frame.wire_len,
+                    frame.timestamp_ns,
+                    key,
+                    hash,
+                    bucket,
+                    record.tcp_flags,
+                    // When the kernel received it, on the monotonic clock
+                    // (a clock step moves it at most to the block's time).
+                    (i128::from(frame.timestamp_ns) + self.realtime_to_monotonic)
+                        .clamp(0, i128::from(self.now)) as u64,
+                    &mut self.due,
+                );
+                self.process_due();
+                return;
+            }
+        }
         let mut packet = Packet {
             data: frame.data,
             wire_len: frame.wire_len,
@@ -252,6 +290,110 @@ impl<N: NetworkFunction> Core<N> {
                 self.out(&packet, verdict);
             }
         }
+    }
+
+    /// Processes the frames the stage let go, in the order it let them go.
+    fn process_due(&mut self) {
+        if self.due.is_empty() {
+            return;
+        }
+        let mut due = std::mem::take(&mut self.due);
+        for f in due.drain(..) {
+            self.held_frame(f);
+        }
+        // Keep the allocation.
+        self.due = due;
+    }
+
+    /// One frame out of the stage, to completion.
+    fn held_frame(&mut self, f: HeldFrame) {
+        let HeldFrame {
+            mut data,
+            wire_len,
+            timestamp_ns,
+            key,
+            hash,
+            bucket,
+        } = f;
+        let mut packet = Packet {
+            data: &mut data,
+            wire_len,
+            key,
+            hash,
+            timestamp_ns,
+        };
+        match self.shard.take(bucket) {
+            Take::Process(state) => {
+                let verdict = match (state, &self.shared) {
+                    (Some(table), _) => {
+                        with_table(&mut self.nf, table, bucket, self.buckets, &mut packet)
+                    }
+                    (None, Some(shared)) => {
+                        self.nf.process_flows(&mut packet, &mut SharedFlows(shared))
+                    }
+                    (None, None) => unreachable!("a bucket without a table and no shared table"),
+                };
+                self.out(&packet, verdict);
+            }
+            Take::Park => {
+                self.shard.park(
+                    bucket,
+                    Parked {
+                        data,
+                        wire_len,
+                        timestamp_ns,
+                        key,
+                        hash,
+                    },
+                );
+                return;
+            }
+            Take::Stray => {
+                self.report.stateless += 1;
+                let verdict = self.nf.process(&mut packet, None);
+                self.out(&packet, verdict);
+            }
+        }
+        if let Some(stage) = self.reframe.as_mut() {
+            stage.recycle(data);
+        }
+    }
+
+    /// Lets the stage's clock reach `now`: the batches due go through the
+    /// functions. True if any did.
+    fn reframe_advance(&mut self, now: u64) -> bool {
+        let Some(stage) = self.reframe.as_mut() else {
+            return false;
+        };
+        if stage.next_deadline().is_none_or(|d| d > now) {
+            return false;
+        }
+        stage.advance(now, &mut self.due);
+        self.process_due();
+        true
+    }
+
+    /// Sends the bucket's buffered frames through the functions now, while
+    /// this worker still holds its state: a handoff never leaves frames of
+    /// its bucket behind in the stage.
+    fn reframe_flush_bucket(&mut self, bucket: usize) {
+        if let Some(stage) = self.reframe.as_mut() {
+            stage.flush_bucket(bucket, &mut self.due);
+            self.process_due();
+        }
+    }
+
+    /// Sends every buffered frame through the functions now.
+    fn reframe_flush_all(&mut self) {
+        if let Some(stage) = self.reframe.as_mut() {
+            stage.flush_all(&mut self.due);
+            self.process_due();
+        }
+    }
+
+    /// Frames held in the stage.
+    fn reframe_held(&self) -> u64 {
+        self.reframe.as_ref().map_or(0, ReframeStage::held)
     }
 
     fn out(&mut self, packet: &Packet<'_>, verdict: Verdict) {
@@ -328,11 +470,13 @@ impl<N: NetworkFunction> Core<N> {
                 mark,
                 immediate,
             } => {
+                self.reframe_flush_bucket(bucket);
                 if let Err(e) = self.shard.release(bucket, to, mark, immediate) {
                     self.refused(e);
                 }
             }
             ToWorker::Force { bucket } => {
+                self.reframe_flush_bucket(bucket);
                 self.shard.force(bucket);
             }
             ToWorker::Moving(m) => {
@@ -348,7 +492,15 @@ impl<N: NetworkFunction> Core<N> {
                     Err((e, _)) => self.refused(e),
                 }
             }
-            ToWorker::Finish { marks } => return Some(marks),
+            ToWorker::Finish { marks } => {
+                // The final drain runs without the stage: what it holds goes
+                // through now, and later frames straight through.
+                self.reframe_flush_all();
+                if let Some(stage) = self.reframe.take() {
+                    self.report.reframer = Some(stage.report());
+                }
+                return Some(marks);
+            }
         }
         self.deliver();
         None
@@ -398,8 +550,17 @@ impl<N: NetworkFunction> Worker<N> {
                     finishing = Some(monotonic_ns());
                 }
             }
-            let n = ring.next_block(|frame| core.frame(frame));
+            if core.reframe.is_some() {
+                let real = realtime_ns();
+                core.now = monotonic_ns();
+                core.realtime_to_monotonic = i128::from(core.now) - i128::from(real);
+            }
+            let mut n = ring.next_block(|frame| core.frame(frame));
             let now = monotonic_ns();
+            if core.reframe_advance(now) {
+                // Frames processed: work, like a block.
+                n = n.max(1);
+            }
             if now.saturating_sub(published) >= PUBLISH_NS {
                 ring_drops += ring.drops();
                 core.clock.publish(&core.report, ring_drops);
@@ -429,7 +590,7 @@ impl<N: NetworkFunction> Worker<N> {
                         break;
                     }
                 }
-                if finishing.is_none() && core.shard.holds_nothing() {
+                if finishing.is_none() && core.shard.holds_nothing() && core.reframe_held() == 0 {
                     // Parked by CPU scaling: no bucket is steered here and
                     // the ring is empty, so sleep until the controller (or
                     // a peer handing a bucket over) says something.
@@ -449,7 +610,13 @@ impl<N: NetworkFunction> Worker<N> {
                     tracing::debug!("worker {index} (CPU {cpu}) woken");
                     continue;
                 }
-                ring.wait(1);
+                if core.reframe_held() > 0 {
+                    // Frames due within T_buff (≤ 10 ms): poll without
+                    // sleeping past their deadline (poll's unit is 1 ms).
+                    ring.wait(0);
+                } else {
+                    ring.wait(1);
+                }
                 let waited = monotonic_ns();
                 core.clock
                     .idle_ns
@@ -463,6 +630,15 @@ impl<N: NetworkFunction> Worker<N> {
         core.clock.publish(&core.report, ring_drops);
         if ring_drops > 0 {
             core.report.dropped.insert("ring_full".into(), ring_drops);
+        }
+        if let Some(stage) = core.reframe.take() {
+            // Stopped without a final drain (cannot happen: the controller
+            // always finishes); its frames are counted as stranded.
+            let held = stage.held();
+            core.report.reframer = Some(stage.report());
+            if held > 0 {
+                *core.report.dropped.entry("stranded".into()).or_insert(0) += held;
+            }
         }
         let stats = stats.unwrap_or_else(|| core.shard.stats());
         core.report.parked = stats.parked;
@@ -480,9 +656,7 @@ impl<N: NetworkFunction> Worker<N> {
         } = core;
         let (states, parked) = shard.into_parts();
         if !parked.is_empty() {
-            report
-                .dropped
-                .insert("stranded".into(), parked.len() as u64);
+            *report.dropped.entry("stranded".into()).or_insert(0) += parked.len() as u64;
         }
         finished.extend(states);
         Finished {

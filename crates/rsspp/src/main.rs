@@ -50,6 +50,10 @@ enum Command {
     /// spread per RSS bucket by an eBPF fanout program, the per-flow state
     /// moving with its bucket as RSS++ rebalances (AF_PACKET).
     Nf(cmd::nf::NfArgs),
+    /// Reframer as a bump in the wire: hold each flow's frames for a few
+    /// microseconds and send them on flow by flow (higher spatial locality
+    /// for the servers behind).
+    Reframe(cmd::reframe::ReframeArgs),
     /// A small HTTP/1.1 server with Affinity-Accept on stock Linux: one
     /// listener and pinned worker per CPU, an sk_reuseport program putting
     /// each connection on its bucket's CPU, busy cores' connections stolen.
@@ -138,7 +142,7 @@ fn main() -> ExitCode {
         cli.verbose,
         matches!(
             cli.command,
-            Command::Run(_) | Command::Nf(_) | Command::Serve(_)
+            Command::Run(_) | Command::Nf(_) | Command::Reframe(_) | Command::Serve(_)
         ),
     );
     let result: Result<(), CliError> = match &cli.command {
@@ -151,6 +155,7 @@ fn main() -> ExitCode {
         Command::Top(args) => cmd::top::run(args),
         Command::Run(args) => cmd::run::run(args),
         Command::Nf(args) => cmd::nf::run(args),
+        Command::Reframe(args) => cmd::reframe::run(args),
         Command::Serve(args) => cmd::serve::run(args),
         Command::Nic(args) => cmd::nic::run(args),
         Command::Status(args) => cmd::status::status(args),

@@ -8,6 +8,7 @@ pub mod docs;
 pub mod hash;
 pub mod nf;
 pub mod nic;
+pub mod reframe;
 pub mod run;
 pub mod serve;
 pub mod status;

@@ -116,6 +116,11 @@ pub struct NfArgs {
     /// How moved buckets change worker.
     #[arg(long, value_enum, default_value_t = MovesArg::Ordered)]
     moves: MovesArg,
+    /// Reframer before the chain: each worker holds a flow's frames for up
+    /// to US µs (at most 32 at once; SYN, FIN and RST not delayed) and sends
+    /// them on flow by flow, so the chain sees a flow's frames back to back.
+    #[arg(long, value_name = "US")]
+    reframer: Option<u64>,
     /// Do not rebalance (the table changes only by --churn).
     #[arg(long)]
     no_balance: bool,
@@ -283,6 +288,10 @@ fn check(args: &NfArgs) -> Result<Config, CliError> {
     config.control.interval = Duration::from_millis(args.interval_ms);
     config.control.max_interval = config.control.max_interval.max(config.control.interval);
     config.duration = duration;
+    config.reframer = args
+        .reframer
+        .map(|us| super::reframe::reframer_config("--reframer", us))
+        .transpose()?;
     config.metrics = metrics_addr(args)?;
     config.control.balance.autoscale = args.autoscale;
     config.control.balance.target_load = args.target_load;
@@ -347,7 +356,7 @@ pub fn run(args: &NfArgs) -> Result<(), CliError> {
         let dropped: u64 = s.dropped.values().sum();
         writeln!(
             stdout,
-            "received {}, forwarded {}, dropped {} {:?}, {} bucket moves in {} rounds ({} drained, {} early){}",
+            "received {}, forwarded {}, dropped {} {:?}, {} bucket moves in {} rounds ({} drained, {} early){}{}",
             s.received,
             s.forwarded,
             dropped,
@@ -363,7 +372,11 @@ pub fn run(args: &NfArgs) -> Result<(), CliError> {
                 )
             } else {
                 String::new()
-            }
+            },
+            s.reframer
+                .as_ref()
+                .map(|r| format!("; {}", super::reframe::describe(r)))
+                .unwrap_or_default()
         )
     };
     written.map_err(|e| {
