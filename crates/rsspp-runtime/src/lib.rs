@@ -11,13 +11,16 @@
 //! every round and moves buckets with their tables, in order-preserving
 //! handoffs ([`rsspp_core::state::marks`]).
 //!
-//! - [`afpacket`] and [`steer`]: the thin layer that reaches the kernel.
+//! - [`afpacket`] and [`steer`]: the thin layer that reaches the kernel;
+//!   [`afxdp`]: the `afxdp` backend's (AF_XDP sockets, an XDP program
+//!   that steers by bucket with the same words).
 //! - [`nf`]: the network-function trait and the built-in functions.
 //! - [`runtime`]: the controller, the workers' setup, the summary.
 //! - [`metrics`]: the daemon's exporter, filled every round.
 //! - [`bench`]: `rsspp bench nf`, the cost per packet on a veth pair.
 
 pub mod afpacket;
+pub mod afxdp;
 pub mod bench;
 pub mod error;
 pub mod metrics;
@@ -28,5 +31,5 @@ mod worker;
 
 pub use error::RuntimeError;
 pub use nf::{Chain, ChainConfig, FlowRecord, Flows, NetworkFunction, Packet, Verdict};
-pub use runtime::{run, Config, Moves, Outcome, ScalingSummary, Summary, TableMode};
+pub use runtime::{run, Backend, Config, Moves, Outcome, ScalingSummary, Summary, TableMode};
 pub use worker::WorkerReport;
