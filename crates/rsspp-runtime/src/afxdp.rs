@@ -596,15 +596,76 @@ pub struct Attached {
     _xsks: MapHandle,
 }
 
-/// The number of receive queues of `iface` (sysfs).
-pub fn rx_queues(iface: &str) -> Result<u32, RuntimeError> {
-    let dir = format!("/sys/class/net/{iface}/queues");
-    let entries = std::fs::read_dir(&dir).map_err(|source| {
-        RuntimeError::Os(Os {
-            what: "listing the interface's queues in /sys/class/net",
-            source,
-        })
-    })?;
+/// `struct ethtool_channels`.
+#[repr(C)]
+#[derive(Default)]
+struct EthtoolChannels {
+    cmd: u32,
+    max_rx: u32,
+    max_tx: u32,
+    max_other: u32,
+    max_combined: u32,
+    rx_count: u32,
+    tx_count: u32,
+    other_count: u32,
+    combined_count: u32,
+}
+
+const ETHTOOL_GCHANNELS: u32 = 0x3c;
+const SIOCETHTOOL: libc::c_ulong = 0x8946;
+
+/// The receive queues (rx plus combined channels) ethtool reports, asked
+/// through a socket of the calling thread's network namespace; `None`
+/// when the driver does not say.
+fn ethtool_rx_queues(iface: &str) -> Option<u32> {
+    // SAFETY: plain socket creation; checked.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: a descriptor just created and owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut channels = EthtoolChannels {
+        cmd: ETHTOOL_GCHANNELS,
+        ..EthtoolChannels::default()
+    };
+    // SAFETY: zeroed is a valid ifreq.
+    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+    if iface.len() >= ifr.ifr_name.len() {
+        return None;
+    }
+    for (d, b) in ifr.ifr_name.iter_mut().zip(iface.bytes()) {
+        *d = b as libc::c_char;
+    }
+    ifr.ifr_ifru.ifru_data = (&mut channels as *mut EthtoolChannels).cast();
+    // SAFETY: SIOCETHTOOL with an ifreq pointing at a live ethtool_channels.
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), SIOCETHTOOL as _, &mut ifr) };
+    let n = channels.rx_count + channels.combined_count;
+    (r == 0 && n > 0).then_some(n)
+}
+
+/// The number of receive queues of `iface` (index `ifindex`): ethtool's
+/// channels, else sysfs — only when its entry is the same interface (a
+/// thread that entered another network namespace still sees the sysfs of
+/// the one it was mounted for).
+pub fn rx_queues(iface: &str, ifindex: u32) -> Result<u32, RuntimeError> {
+    if let Some(n) = ethtool_rx_queues(iface) {
+        return Ok(n);
+    }
+    let unknown = || {
+        RuntimeError::Config(format!(
+            "cannot tell how many receive queues {iface} has (no ethtool channels, no sysfs entry)"
+        ))
+    };
+    let dir = format!("/sys/class/net/{iface}");
+    let same = std::fs::read_to_string(format!("{dir}/ifindex"))
+        .ok()
+        .and_then(|t| t.trim().parse::<u32>().ok())
+        == Some(ifindex);
+    if !same {
+        return Err(unknown());
+    }
+    let entries = std::fs::read_dir(format!("{dir}/queues")).map_err(|_| unknown())?;
     let n = entries
         .filter_map(Result::ok)
         .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
@@ -629,7 +690,7 @@ impl XdpSetup {
                 "the table size must be a power of two up to {MAX_BUCKETS}, not {buckets}"
             )));
         }
-        let queues = rx_queues(iface)?;
+        let queues = rx_queues(iface, ifindex)?;
         // Sockets first: no privileges (or no AF_XDP) is said before any
         // program is loaded.
         let mut mode = Mode::ZeroCopy;
