@@ -225,7 +225,7 @@ pub fn run<N: NetworkFunction>(
     // Bound before anything is loaded: a busy port must not cost an attach.
     let exporter = config
         .metrics
-        .map(|addr| Exporter::start(addr, &config.input))
+        .map(|addr| Exporter::start(addr, &config.input, config.backend))
         .transpose()?;
     if let Some(e) = &exporter {
         info!("metrics at http://{}/metrics", e.addr());
