@@ -71,6 +71,12 @@ const COMPLETION_RING: u32 = 64;
 /// Frames taken from one socket in one batch.
 const BATCH: u32 = 256;
 
+// Ring sizes are powers of two (the kernel's rule, and the masks'); a
+// frame holds the kernel's XDP headroom (256) and a 1518-byte frame.
+const _: () = assert!(QUEUE_FRAMES.is_power_of_two() && RX_RING.is_power_of_two());
+const _: () = assert!(COMPLETION_RING.is_power_of_two() && FRAME_SIZE.is_power_of_two());
+const _: () = assert!(FRAME_SIZE >= 256 + 1518);
+
 /// `struct xdp_umem_reg` (the kernel accepts this size and the shorter,
 /// older one).
 #[repr(C)]
@@ -876,4 +882,29 @@ fn realtime_ns() -> u64 {
     // SAFETY: a valid out-parameter.
     unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kernel_structs_have_the_kernels_sizes() {
+        // <linux/if_xdp.h>, <linux/bpf.h>, <linux/ethtool.h> on x86_64 and
+        // aarch64.
+        assert_eq!(std::mem::size_of::<UmemReg>(), 32);
+        assert_eq!(std::mem::size_of::<RingOffset>(), 32);
+        assert_eq!(std::mem::size_of::<MmapOffsets>(), 128);
+        assert_eq!(std::mem::size_of::<SockaddrXdp>(), 16);
+        assert_eq!(std::mem::size_of::<XdpStatistics>(), 48);
+        assert_eq!(std::mem::size_of::<Desc>(), 16);
+        assert_eq!(std::mem::size_of::<LinkCreate>(), 144);
+        assert_eq!(std::mem::size_of::<EthtoolChannels>(), 36);
+    }
+
+    #[test]
+    fn modes_are_named_as_the_log_says() {
+        assert_eq!(Mode::Copy.to_string(), "copy");
+        assert_eq!(Mode::ZeroCopy.to_string(), "zero-copy");
+    }
 }
