@@ -1,12 +1,16 @@
-//! Compiles the fanout program (C, clang) and generates its Rust skeleton.
-//! The Toeplitz code is rsspp-linux's `toeplitz.h`, included from there.
+//! Compiles the fanout program and the afxdp backend's XDP program (C,
+//! clang) and generates their Rust skeletons. The Toeplitz code is
+//! rsspp-linux's `toeplitz.h`, included from there.
 
 use std::env;
 use std::path::{Path, PathBuf};
 
 use libbpf_cargo::SkeletonBuilder;
 
-const SOURCE: &str = "src/bpf/fanout.bpf.c";
+const SOURCES: [(&str, &str); 2] = [
+    ("src/bpf/fanout.bpf.c", "fanout.skel.rs"),
+    ("src/bpf/xsk.bpf.c", "xsk.skel.rs"),
+];
 const SHARED: &str = "../rsspp-linux/src/bpf";
 
 fn main() {
@@ -24,13 +28,15 @@ fn main() {
     if Path::new(&multiarch).is_dir() {
         args.push(format!("-I{multiarch}"));
     }
-    SkeletonBuilder::new()
-        .source(SOURCE)
-        .clang_args(args)
-        .build_and_generate(out.join("fanout.skel.rs"))
-        .unwrap_or_else(|e| {
-            panic!("building {SOURCE} (needs clang, libelf-dev, linux-libc-dev): {e:#}")
-        });
+    for (source, skel) in SOURCES {
+        SkeletonBuilder::new()
+            .source(source)
+            .clang_args(args.clone())
+            .build_and_generate(out.join(skel))
+            .unwrap_or_else(|e| {
+                panic!("building {source} (needs clang, libelf-dev, linux-libc-dev): {e:#}")
+            });
+    }
     println!("cargo:rerun-if-changed=src/bpf");
     println!("cargo:rerun-if-changed={SHARED}/toeplitz.h");
     println!("cargo:rerun-if-changed={SHARED}/parse.h");

@@ -15,7 +15,9 @@
 //! - per chain, `static`: the runtime with per-bucket tables and a static
 //!   table (`--no-balance`); `shared`: the same on one shared, locked flow
 //!   table (`--table shared`); `rsspp`: RSS++ proper — rebalancing every
-//!   round plus `--churn` random moves, each an order-preserving handoff.
+//!   round plus `--churn` random moves, each an order-preserving handoff;
+//!   `afxdp`: `static` on the `afxdp` backend (AF_XDP sockets in copy mode,
+//!   steered by the XDP program) instead of the fanout group.
 //!
 //! Cost per packet is the CPU time of the receiving threads (the workers,
 //! or the plain reader) from the first frame sent until a short drain after
@@ -38,7 +40,7 @@ use rsspp_core::RssKey;
 use crate::afpacket::{self, pin_to, RingConfig, RxRing, TxSocket};
 use crate::error::RuntimeError;
 use crate::nf::{dpi, firewall::Rules, nat::Pool, Chain, ChainConfig};
-use crate::runtime::{Config, TableMode};
+use crate::runtime::{Backend, Config, TableMode};
 
 /// The benchmark's settings.
 #[derive(Debug, Clone)]
@@ -135,7 +137,7 @@ pub struct VariantReport {
 pub struct ChainReport {
     /// The chain, as `--chain` spells it.
     pub chain: String,
-    /// `static`, `shared`, `rsspp`.
+    /// `static`, `shared`, `rsspp`, `afxdp`.
     pub variants: Vec<VariantReport>,
     /// Per-bucket against shared table: shared's cost over static's
     /// (throughput ratio per core; the paper: 1.2).
@@ -145,6 +147,9 @@ pub struct ChainReport {
     pub rsspp_cost_ratio: f64,
     /// The static runtime's cost over the plain kernel reader's.
     pub vs_kernel_ratio: f64,
+    /// The static runtime's cost on the `afxdp` backend over the same on
+    /// `afpacket` (below 1.0: AF_XDP is cheaper for the workers).
+    pub afxdp_vs_afpacket_ratio: f64,
 }
 
 /// The benchmark's result.
@@ -174,6 +179,7 @@ enum Variant {
     Static,
     Shared,
     Rsspp,
+    Afxdp,
 }
 
 impl Variant {
@@ -183,12 +189,15 @@ impl Variant {
             Variant::Static => "static",
             Variant::Shared => "shared",
             Variant::Rsspp => "rsspp",
+            Variant::Afxdp => "afxdp",
         }
     }
 }
 
 /// A network namespace with `veth0 <-> veth1`, deleted on drop (the pair
-/// goes with it). No XDP program is ever attached in it.
+/// goes with it). The `afxdp` variant attaches a plain XDP program to veth1
+/// through a BPF link, closed when the runtime returns, before the
+/// namespace goes; never a device-bound one.
 struct Namespace {
     name: String,
 }
@@ -390,6 +399,9 @@ fn one_run(
                         }
                         let mut rc = Config::new("veth1", config.cpus.clone());
                         rc.key = key.clone();
+                        if variant == Variant::Afxdp {
+                            rc.backend = Backend::AfXdp;
+                        }
                         rc.table = if variant == Variant::Shared {
                             TableMode::Shared
                         } else {
@@ -525,7 +537,12 @@ pub fn measure(config: &BenchNfConfig) -> Result<BenchNfReport, BenchNfError> {
     let frames = traffic(config.flows)?;
     let ns = Namespace::new()?;
     let mut kernel = Vec::new();
-    let variants = [Variant::Static, Variant::Shared, Variant::Rsspp];
+    let variants = [
+        Variant::Static,
+        Variant::Shared,
+        Variant::Rsspp,
+        Variant::Afxdp,
+    ];
     let mut runs: Vec<Vec<Vec<Sample>>> = vec![vec![Vec::new(); variants.len()]; chains.len()];
     for round in 0..config.rounds {
         tracing::info!("round {} of {}", round + 1, config.rounds);
@@ -550,18 +567,21 @@ pub fn measure(config: &BenchNfConfig) -> Result<BenchNfReport, BenchNfError> {
         .iter()
         .zip(runs)
         .map(|(name, mut r)| {
-            let rsspp = r.pop().expect("three variants");
-            let shared = r.pop().expect("three variants");
-            let fixed = r.pop().expect("three variants");
+            let afxdp = r.pop().expect("four variants");
+            let rsspp = r.pop().expect("four variants");
+            let shared = r.pop().expect("four variants");
+            let fixed = r.pop().expect("four variants");
             ChainReport {
                 chain: name.clone(),
                 per_bucket_speedup: ratio(&shared, &fixed),
                 rsspp_cost_ratio: ratio(&rsspp, &fixed),
                 vs_kernel_ratio: ratio(&fixed, &kernel),
+                afxdp_vs_afpacket_ratio: ratio(&afxdp, &fixed),
                 variants: vec![
                     report(Variant::Static, fixed),
                     report(Variant::Shared, shared),
                     report(Variant::Rsspp, rsspp),
+                    report(Variant::Afxdp, afxdp),
                 ],
             }
         })

@@ -18,7 +18,7 @@ pub enum RuntimeError {
     #[error("no network interface named {0:?}")]
     NoInterface(String),
     /// Raw sockets and BPF need CAP_NET_RAW and CAP_BPF (root).
-    #[error("AF_PACKET sockets and BPF programs need root (CAP_NET_RAW, CAP_BPF)")]
+    #[error("AF_PACKET and AF_XDP sockets and BPF programs need root (CAP_NET_RAW, CAP_BPF)")]
     NoPrivileges,
     /// A chain element nobody knows.
     #[error("unknown network function {name:?} (known: {known})")]

@@ -11,7 +11,9 @@
 //! every round and moves buckets with their tables, in order-preserving
 //! handoffs ([`rsspp_core::state::marks`]).
 //!
-//! - [`afpacket`] and [`steer`]: the thin layer that reaches the kernel.
+//! - [`afpacket`] and [`steer`]: the thin layer that reaches the kernel;
+//!   [`afxdp`]: the `afxdp` backend's (AF_XDP sockets, an XDP program
+//!   that steers by bucket with the same words).
 //! - [`nf`]: the network-function trait and the built-in functions.
 //! - [`runtime`]: the controller, the workers' setup, the summary.
 //! - [`reframe`]: Reframer's per-flow batching between a worker's ring and
@@ -20,6 +22,7 @@
 //! - [`bench`]: `rsspp bench nf`, the cost per packet on a veth pair.
 
 pub mod afpacket;
+pub mod afxdp;
 pub mod bench;
 pub mod error;
 pub mod metrics;
@@ -33,6 +36,6 @@ pub use error::RuntimeError;
 pub use nf::{Chain, ChainConfig, FlowRecord, Flows, NetworkFunction, Packet, Verdict};
 pub use reframe::ReframerReport;
 pub use runtime::{
-    run, Config, Moves, Outcome, ReframerSummary, ScalingSummary, Summary, TableMode,
+    run, Backend, Config, Moves, Outcome, ReframerSummary, ScalingSummary, Summary, TableMode,
 };
 pub use worker::WorkerReport;

@@ -22,10 +22,16 @@ use rsspp_linux::metrics::{
 use rsspp_linux::service::BUCKET_METRICS_AUTO_MAX;
 
 use crate::error::RuntimeError;
+use crate::runtime::Backend;
 use crate::worker::LiveCounts;
 
-/// The mode label of `rsspp_info`.
-pub const MODE: &str = "afpacket";
+/// The mode label of `rsspp_info`: the backend.
+pub fn mode(backend: Backend) -> &'static str {
+    match backend {
+        Backend::AfPacket => "afpacket",
+        Backend::AfXdp => "afxdp",
+    }
+}
 
 /// What a round measured, for the snapshot.
 #[derive(Debug)]
@@ -120,8 +126,12 @@ pub(crate) struct Exporter {
 impl Exporter {
     /// Serves an empty snapshot of `iface` at `addr` (before anything is
     /// attached: a busy port costs nothing).
-    pub(crate) fn start(addr: SocketAddr, iface: &str) -> Result<Self, RuntimeError> {
-        let shared = SharedMetrics::new(MetricsSnapshot::new(iface, MODE));
+    pub(crate) fn start(
+        addr: SocketAddr,
+        iface: &str,
+        backend: Backend,
+    ) -> Result<Self, RuntimeError> {
+        let shared = SharedMetrics::new(MetricsSnapshot::new(iface, mode(backend)));
         let server = MetricsServer::start(addr, shared.clone())?;
         Ok(Self { shared, server })
     }
@@ -155,7 +165,7 @@ mod tests {
             received: 7,
             ..LiveCounts::default()
         };
-        let mut s = MetricsSnapshot::new("veth1", MODE);
+        let mut s = MetricsSnapshot::new("veth1", mode(Backend::AfPacket));
         fill(
             &mut s,
             &RoundFigures {

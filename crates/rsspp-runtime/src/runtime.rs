@@ -36,12 +36,13 @@ use serde::Serialize;
 use tracing::{debug, info, warn};
 
 use crate::afpacket::{self, FanoutGroup, RingConfig, TxSocket};
+use crate::afxdp::XdpSetup;
 use crate::error::RuntimeError;
 use crate::metrics::{Exporter, RoundFigures};
 use crate::nf::{FlowRecord, NetworkFunction};
 use crate::reframe::{ReframeStage, ReframerReport};
 use crate::steer::Steering;
-use crate::worker::{Clock, Core, Finished, ToController, ToWorker, Worker, WorkerReport};
+use crate::worker::{Clock, Core, Finished, Rx, ToController, ToWorker, Worker, WorkerReport};
 
 /// Where the flow states live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,6 +52,17 @@ pub enum TableMode {
     /// One lock-striped table shared by all workers (the paper's
     /// baseline).
     Shared,
+}
+
+/// How frames reach the workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// AF_PACKET TPACKET_V3 rings in a fanout group steered by an eBPF
+    /// program (any interface).
+    AfPacket,
+    /// AF_XDP sockets, one per worker on each receive queue, steered by an
+    /// XDP program with the same per-bucket words.
+    AfXdp,
 }
 
 /// How a bucket moves.
@@ -74,6 +86,8 @@ pub struct Config {
     pub output: Option<String>,
     /// One worker per CPU, in this order.
     pub cpus: Vec<u32>,
+    /// How frames reach the workers.
+    pub backend: Backend,
     /// Where the flow states live.
     pub table: TableMode,
     /// How buckets move.
@@ -113,6 +127,7 @@ impl Config {
             input: input.into(),
             output: None,
             cpus,
+            backend: Backend::AfPacket,
             table: TableMode::PerBucket,
             moves: Moves::Ordered,
             balance: true,
@@ -274,22 +289,44 @@ pub fn run<N: NetworkFunction>(
     // Bound before anything is loaded: a busy port must not cost an attach.
     let exporter = config
         .metrics
-        .map(|addr| Exporter::start(addr, &config.input))
+        .map(|addr| Exporter::start(addr, &config.input, config.backend))
         .transpose()?;
     if let Some(e) = &exporter {
         info!("metrics at http://{}/metrics", e.addr());
     }
     let key = config.key.clone();
-    let steering = Steering::load(config.buckets, &key)?;
-    let FanoutGroup { parking, rings, id } =
-        FanoutGroup::new(in_index, n, config.ring, steering.prog_fd())?;
-    info!(
-        "fanout group {} on {} with {} worker{}",
-        id,
-        config.input,
-        n,
-        if n == 1 { "" } else { "s" }
-    );
+    let plural = if n == 1 { "" } else { "s" };
+    let (steering, rings, attached) = match config.backend {
+        Backend::AfPacket => {
+            let steering = Steering::load(config.buckets, &key)?;
+            let FanoutGroup { parking, rings, id } =
+                FanoutGroup::new(in_index, n, config.ring, steering.prog_fd())?;
+            info!(
+                "fanout group {id} on {} with {n} worker{plural}",
+                config.input
+            );
+            let rings: Vec<Rx> = rings.into_iter().map(Rx::Packet).collect();
+            (steering, rings, Attached::Parking { _socket: parking })
+        }
+        Backend::AfXdp => {
+            let setup = XdpSetup::new(&config.input, in_index, n, config.buckets, &key)?;
+            info!(
+                "AF_XDP on {} ({} mode): {} queue{} × {n} worker{plural}",
+                config.input,
+                setup.mode,
+                setup.queues,
+                if setup.queues == 1 { "" } else { "s" }
+            );
+            let rings: Vec<Rx> = setup.rx.into_iter().map(Rx::Xdp).collect();
+            (
+                setup.steering,
+                rings,
+                Attached::Xdp {
+                    _program: setup.attached,
+                },
+            )
+        }
+    };
     let mut tx = Vec::with_capacity(n);
     for _ in 0..n {
         tx.push(out_index.map(TxSocket::new).transpose()?);
@@ -397,8 +434,9 @@ pub fn run<N: NetworkFunction>(
     for (w, h) in handles.into_iter().enumerate() {
         finished.push(h.join().map_err(|_| RuntimeError::WorkerPanicked(w))?);
     }
-    // The parking socket goes last: frames arriving until now are dropped there.
-    drop(parking);
+    // The parking socket (or the XDP program) goes last: frames arriving
+    // until now are dropped there (passed to the stack).
+    drop(attached);
     let (migrations, rounds) = result?;
     settled?;
 
@@ -445,6 +483,14 @@ pub fn run<N: NetworkFunction>(
     }
     summary.reframer = reframer;
     Ok(Outcome { summary, flows })
+}
+
+/// What keeps the steering in place while the workers run.
+enum Attached {
+    /// The fanout group's parking socket.
+    Parking { _socket: std::os::fd::OwnedFd },
+    /// The XDP program's link and socket map.
+    Xdp { _program: crate::afxdp::Attached },
 }
 
 /// Both ends of a worker's inbox.

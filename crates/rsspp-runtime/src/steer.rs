@@ -97,6 +97,17 @@ impl Steering {
             })?;
         let words_map =
             MapHandle::try_from(&skel.maps.rsspp_words).map_err(bpf("taking the words map"))?;
+        Self::with_words(prog, words_map, buckets)
+    }
+
+    /// The steering of a loaded program (the fanout program or the afxdp
+    /// backend's XDP program: the same words) whose words map has
+    /// `buckets` entries, mapped here.
+    pub(crate) fn with_words(
+        prog: OwnedFd,
+        words_map: MapHandle,
+        buckets: usize,
+    ) -> Result<Self, RuntimeError> {
         // SAFETY: sysconf has no preconditions.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
         let map_len = (buckets * 8).div_ceil(page) * page;
@@ -127,7 +138,7 @@ impl Steering {
         })
     }
 
-    /// The program's fd, for `PACKET_FANOUT_DATA`.
+    /// The program's fd, for `PACKET_FANOUT_DATA` (or the XDP attach).
     pub fn prog_fd(&self) -> RawFd {
         self.prog.as_raw_fd()
     }
@@ -179,7 +190,7 @@ impl Drop for Steering {
 
 /// libbpf's own lines go to the log (debug): the errors that matter come
 /// back as [`RuntimeError`]s, which say it in one line.
-fn route_libbpf_logs() {
+pub(crate) fn route_libbpf_logs() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         fn log(level: libbpf_rs::PrintLevel, message: String) {

@@ -16,6 +16,7 @@ use rsspp_trace::FrameKind;
 use serde::Serialize;
 
 use crate::afpacket::{monotonic_ns, pin_to, Frame, RxRing, TxSocket};
+use crate::afxdp::XskRx;
 use crate::nf::{headers, BucketFlows, NetworkFunction, Packet, SharedFlows, Verdict};
 use crate::reframe::{realtime_ns, HeldFrame, ReframeStage, ReframerReport};
 
@@ -147,11 +148,47 @@ pub struct WorkerReport {
     pub reframer: Option<ReframerReport>,
 }
 
+/// A worker's receive side: its ring in the fanout group, or its AF_XDP
+/// sockets.
+#[derive(Debug)]
+pub(crate) enum Rx {
+    Packet(RxRing),
+    Xdp(XskRx),
+}
+
+impl Rx {
+    /// Calls `f` on the next frames ready, in order; returns how many (0:
+    /// none ready).
+    fn next_batch(&mut self, f: impl FnMut(Frame<'_>)) -> usize {
+        match self {
+            Rx::Packet(r) => r.next_block(f),
+            Rx::Xdp(x) => x.next_batch(f),
+        }
+    }
+
+    /// Waits at most `timeout_ms` for a frame.
+    fn wait(&self, timeout_ms: i32) {
+        match self {
+            Rx::Packet(r) => r.wait(timeout_ms),
+            Rx::Xdp(x) => x.wait(timeout_ms),
+        }
+    }
+
+    /// Frames the kernel dropped before they reached the worker, since the
+    /// last call.
+    fn drops(&mut self) -> u64 {
+        match self {
+            Rx::Packet(r) => r.drops(),
+            Rx::Xdp(x) => x.drops(),
+        }
+    }
+}
+
 /// Everything a worker needs, moved into its thread.
 pub(crate) struct Worker<N: NetworkFunction> {
     pub index: usize,
     pub cpu: u32,
-    pub ring: RxRing,
+    pub ring: Rx,
     pub core: Core<N>,
     pub rx: Receiver<ToWorker<N::State>>,
 }
@@ -555,7 +592,7 @@ impl<N: NetworkFunction> Worker<N> {
                 core.now = monotonic_ns();
                 core.realtime_to_monotonic = i128::from(core.now) - i128::from(real);
             }
-            let mut n = ring.next_block(|frame| core.frame(frame));
+            let mut n = ring.next_batch(|frame| core.frame(frame));
             let now = monotonic_ns();
             if core.reframe_advance(now) {
                 // Frames processed: work, like a block.

@@ -12,7 +12,7 @@ use clap::{Args, ValueEnum};
 use rsspp_core::RssKey;
 use rsspp_linux::cpu::CpuList;
 use rsspp_runtime::nf::{dpi, firewall::Rules, nat};
-use rsspp_runtime::{Chain, ChainConfig, Config, Moves, TableMode};
+use rsspp_runtime::{Backend, Chain, ChainConfig, Config, Moves, TableMode};
 
 use crate::error::CliError;
 
@@ -21,6 +21,10 @@ enum BackendArg {
     /// AF_PACKET TPACKET_V3 rings in a fanout group steered by an eBPF
     /// program: any interface, veth included.
     Afpacket,
+    /// AF_XDP sockets (zero-copy where the driver has it, copy mode
+    /// otherwise), one per worker on each receive queue, steered per bucket
+    /// by an XDP program.
+    Afxdp,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -270,8 +274,11 @@ fn check(args: &NfArgs) -> Result<Config, CliError> {
     if let Some(path) = &args.flows_out {
         crate::atomic::check_destination(path)?;
     }
-    let BackendArg::Afpacket = args.backend;
     let mut config = Config::new(args.input.clone(), list.cpus().to_vec());
+    config.backend = match args.backend {
+        BackendArg::Afpacket => Backend::AfPacket,
+        BackendArg::Afxdp => Backend::AfXdp,
+    };
     config.output = args.output.clone();
     config.table = match args.table {
         TableArg::PerBucket => TableMode::PerBucket,

@@ -1,0 +1,910 @@
+//! The kernel side of the `afxdp` backend, through libc: AF_XDP sockets
+//! (XSKs), their UMEM and rings, and the XDP program that steers each frame
+//! into its bucket's worker's socket.
+//!
+//! Every worker has one socket on every receive queue of the interface; the
+//! sockets of a queue share one UMEM (`XDP_SHARED_UMEM`), so that the XDP
+//! program may redirect a frame of that queue into any of them. The UMEM's
+//! fill ring is then shared by the queue's workers too (a mutex around its
+//! producer side); each socket's RX ring is its worker's own. The program
+//! (`src/bpf/xsk.bpf.c`) uses the fanout program's per-bucket words, so the
+//! controller's counted-mark handoff is the same for both backends.
+//!
+//! A socket binds in zero-copy mode where the driver allows it, in copy mode
+//! otherwise (veth: copy). The program is attached through a BPF link
+//! (`BPF_LINK_CREATE`): the kernel detaches it when the link's last fd
+//! closes, the process's exit or crash included, so nothing stays attached.
+//! Frames go out through the `afpacket` backend's transmit sockets.
+//!
+//! The kernel ABI used (`<linux/if_xdp.h>`): `XDP_UMEM_REG`, the ring-size
+//! options, `XDP_MMAP_OFFSETS` and the rings' mmap offsets, `bind` with
+//! `struct sockaddr_xdp`, `XDP_STATISTICS`.
+
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{MapCore, MapFlags, MapHandle};
+use rsspp_core::{RssKey, Toeplitz};
+
+use crate::afpacket::Frame;
+use crate::error::{Os, RuntimeError};
+use crate::steer::{route_libbpf_logs, Steering, MAX_BUCKETS};
+
+mod skel {
+    include!(concat!(env!("OUT_DIR"), "/xsk.skel.rs"));
+}
+use skel::XskSkelBuilder;
+
+// <linux/if_xdp.h>.
+const AF_XDP: libc::c_int = 44;
+const SOL_XDP: libc::c_int = 283;
+const XDP_MMAP_OFFSETS: libc::c_int = 1;
+const XDP_RX_RING: libc::c_int = 2;
+const XDP_UMEM_REG: libc::c_int = 4;
+const XDP_UMEM_FILL_RING: libc::c_int = 5;
+const XDP_UMEM_COMPLETION_RING: libc::c_int = 6;
+const XDP_STATISTICS: libc::c_int = 7;
+const XDP_SHARED_UMEM: u16 = 1;
+const XDP_COPY: u16 = 1 << 1;
+const XDP_ZEROCOPY: u16 = 1 << 2;
+const XDP_PGOFF_RX_RING: libc::off_t = 0;
+const XDP_UMEM_PGOFF_FILL_RING: libc::off_t = 0x1_0000_0000;
+const XDP_UMEM_PGOFF_COMPLETION_RING: libc::off_t = 0x1_8000_0000;
+// <linux/bpf.h>.
+const BPF_LINK_CREATE: libc::c_long = 28;
+const BPF_XDP: u32 = 37;
+
+/// Bytes per UMEM frame (chunk): room for a 1500-byte MTU frame and the
+/// kernel's headroom.
+const FRAME_SIZE: u32 = 2048;
+/// Frames of each queue's UMEM, and the size of its fill ring (all of them
+/// fit in it, so the fill ring never overflows).
+const QUEUE_FRAMES: u32 = 4096;
+/// Descriptors in each socket's RX ring.
+const RX_RING: u32 = 2048;
+/// The completion ring the kernel demands of a UMEM's first socket (this
+/// backend transmits through AF_PACKET: it stays empty).
+const COMPLETION_RING: u32 = 64;
+/// Frames taken from one socket in one batch.
+const BATCH: u32 = 256;
+
+// Ring sizes are powers of two (the kernel's rule, and the masks'); a
+// frame holds the kernel's XDP headroom (256) and a 1518-byte frame.
+const _: () = assert!(QUEUE_FRAMES.is_power_of_two() && RX_RING.is_power_of_two());
+const _: () = assert!(COMPLETION_RING.is_power_of_two() && FRAME_SIZE.is_power_of_two());
+const _: () = assert!(FRAME_SIZE >= 256 + 1518);
+
+/// `struct xdp_umem_reg` (the kernel accepts this size and the shorter,
+/// older one).
+#[repr(C)]
+struct UmemReg {
+    addr: u64,
+    len: u64,
+    chunk_size: u32,
+    headroom: u32,
+    flags: u32,
+    tx_metadata_len: u32,
+}
+
+/// `struct xdp_ring_offset`.
+#[repr(C)]
+#[derive(Default, Clone, Copy)]
+struct RingOffset {
+    producer: u64,
+    consumer: u64,
+    desc: u64,
+    flags: u64,
+}
+
+/// `struct xdp_mmap_offsets`.
+#[repr(C)]
+#[derive(Default)]
+struct MmapOffsets {
+    rx: RingOffset,
+    tx: RingOffset,
+    fr: RingOffset,
+    cr: RingOffset,
+}
+
+/// `struct sockaddr_xdp`.
+#[repr(C)]
+struct SockaddrXdp {
+    family: u16,
+    flags: u16,
+    ifindex: u32,
+    queue_id: u32,
+    shared_umem_fd: u32,
+}
+
+/// `struct xdp_statistics`.
+#[repr(C)]
+#[derive(Default)]
+struct XdpStatistics {
+    rx_dropped: u64,
+    rx_invalid_descs: u64,
+    tx_invalid_descs: u64,
+    rx_ring_full: u64,
+    rx_fill_ring_empty_descs: u64,
+    tx_ring_empty_descs: u64,
+}
+
+/// `struct xdp_desc`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Desc {
+    addr: u64,
+    len: u32,
+    options: u32,
+}
+
+fn os(what: &'static str) -> RuntimeError {
+    RuntimeError::Os(Os {
+        what,
+        source: std::io::Error::last_os_error(),
+    })
+}
+
+fn setsockopt<T>(
+    fd: RawFd,
+    name: libc::c_int,
+    value: &T,
+    what: &'static str,
+) -> Result<(), RuntimeError> {
+    // SAFETY: `value` is a live, initialised T of the size passed.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            SOL_XDP,
+            name,
+            (value as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(os(what));
+    }
+    Ok(())
+}
+
+fn getsockopt<T: Default>(fd: RawFd, name: libc::c_int) -> Option<T> {
+    let mut value = T::default();
+    let mut len = std::mem::size_of::<T>() as libc::socklen_t;
+    // SAFETY: an out-parameter of the length passed.
+    let r = unsafe { libc::getsockopt(fd, SOL_XDP, name, (&mut value as *mut T).cast(), &mut len) };
+    (r == 0).then_some(value)
+}
+
+fn xsk_socket() -> Result<OwnedFd, RuntimeError> {
+    // SAFETY: plain socket creation; the result is checked.
+    let fd = unsafe { libc::socket(AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        let source = std::io::Error::last_os_error();
+        return Err(match source.raw_os_error() {
+            Some(libc::EPERM) | Some(libc::EACCES) => RuntimeError::NoPrivileges,
+            Some(libc::EAFNOSUPPORT) => RuntimeError::Config(
+                "this kernel has no AF_XDP sockets (CONFIG_XDP_SOCKETS)".into(),
+            ),
+            _ => RuntimeError::Os(Os {
+                what: "creating an AF_XDP socket",
+                source,
+            }),
+        });
+    }
+    // SAFETY: a descriptor just created and owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// An anonymous, page-aligned area the kernel maps, unmapped on drop.
+#[derive(Debug)]
+struct Mapping {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: plain memory; who touches it when is the rings' protocol.
+unsafe impl Send for Mapping {}
+// SAFETY: as above.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    fn new(
+        fd: Option<RawFd>,
+        len: usize,
+        offset: libc::off_t,
+        what: &'static str,
+    ) -> Result<Self, RuntimeError> {
+        let (flags, fd) = match fd {
+            Some(fd) => (libc::MAP_SHARED | libc::MAP_POPULATE, fd),
+            None => (
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+                -1,
+            ),
+        };
+        // SAFETY: a fresh mapping of the size asked; checked.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                flags,
+                fd,
+                offset,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(os(what));
+        }
+        Ok(Self {
+            ptr: ptr.cast(),
+            len,
+        })
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, unmapped once.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// One mapped ring of `size` entries of `T`: the kernel's producer and
+/// consumer indices, and the descriptors.
+#[derive(Debug)]
+struct Ring {
+    map: Mapping,
+    producer: usize,
+    consumer: usize,
+    desc: usize,
+    size: u32,
+}
+
+impl Ring {
+    fn map<T>(
+        fd: RawFd,
+        off: RingOffset,
+        size: u32,
+        pgoff: libc::off_t,
+        what: &'static str,
+    ) -> Result<Self, RuntimeError> {
+        let len = off.desc as usize + size as usize * std::mem::size_of::<T>();
+        Ok(Self {
+            map: Mapping::new(Some(fd), len, pgoff, what)?,
+            producer: off.producer as usize,
+            consumer: off.consumer as usize,
+            desc: off.desc as usize,
+            size,
+        })
+    }
+
+    fn index(&self, at: usize) -> &AtomicU32 {
+        // SAFETY: an aligned u32 index inside the mapping, shared with the
+        // kernel: accessed atomically.
+        unsafe { AtomicU32::from_ptr(self.map.ptr.add(at).cast()) }
+    }
+
+    fn slot<T>(&self, i: u32) -> *mut T {
+        // SAFETY: masked into the ring's descriptors, inside the mapping.
+        unsafe {
+            self.map
+                .ptr
+                .add(self.desc)
+                .cast::<T>()
+                .add((i & (self.size - 1)) as usize)
+        }
+    }
+}
+
+/// A queue's UMEM and its fill ring, shared by the queue's sockets.
+#[derive(Debug)]
+struct Umem {
+    area: Mapping,
+    /// The fill ring (producer: us, under the lock).
+    fill: Mutex<Ring>,
+    /// Kept mapped as the kernel wants it; never used.
+    _completion: Ring,
+}
+
+impl Umem {
+    /// Gives frames back to the kernel (their addresses, any offset
+    /// inside their chunk).
+    fn refill(&self, addrs: &[u64]) {
+        if addrs.is_empty() {
+            return;
+        }
+        let fill = self.fill.lock().unwrap_or_else(PoisonError::into_inner);
+        let prod = fill.index(fill.producer).load(Ordering::Relaxed);
+        // The queue's frames number the ring's size: there is always room.
+        for (i, &a) in addrs.iter().enumerate() {
+            // SAFETY: a slot of the fill ring the kernel has consumed.
+            unsafe {
+                *fill.slot::<u64>(prod.wrapping_add(i as u32)) = a & !u64::from(FRAME_SIZE - 1)
+            };
+        }
+        fill.index(fill.producer)
+            .store(prod.wrapping_add(addrs.len() as u32), Ordering::Release);
+    }
+}
+
+/// One AF_XDP socket, bound to a queue, with its RX ring.
+#[derive(Debug)]
+pub struct XskSocket {
+    fd: OwnedFd,
+    rx: Ring,
+    umem: Arc<Umem>,
+    /// Drops the kernel counted so far (its counts are cumulative).
+    drops_seen: u64,
+    /// Addresses to give back, reused.
+    done: Vec<u64>,
+}
+
+/// How a queue's sockets bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Zero-copy: the driver DMAs into the UMEM.
+    ZeroCopy,
+    /// Copy: the kernel copies each frame into the UMEM (veth, generic
+    /// XDP).
+    Copy,
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Mode::ZeroCopy => "zero-copy",
+            Mode::Copy => "copy",
+        })
+    }
+}
+
+impl XskSocket {
+    /// A socket with an RX ring, not bound.
+    fn unbound() -> Result<OwnedFd, RuntimeError> {
+        let fd = xsk_socket()?;
+        setsockopt(
+            fd.as_raw_fd(),
+            XDP_RX_RING,
+            &RX_RING,
+            "sizing an AF_XDP RX ring",
+        )?;
+        Ok(fd)
+    }
+
+    fn map_rx(fd: &OwnedFd) -> Result<Ring, RuntimeError> {
+        let off: MmapOffsets = getsockopt(fd.as_raw_fd(), XDP_MMAP_OFFSETS)
+            .ok_or_else(|| os("reading the AF_XDP ring offsets"))?;
+        Ring::map::<Desc>(
+            fd.as_raw_fd(),
+            off.rx,
+            RX_RING,
+            XDP_PGOFF_RX_RING,
+            "mapping an AF_XDP RX ring",
+        )
+    }
+
+    /// The first socket of `queue`, owner of its UMEM, bound with `flags`
+    /// (zero-copy or copy).
+    fn first(ifindex: u32, queue: u32, flags: u16) -> Result<Self, RuntimeError> {
+        let fd = Self::unbound()?;
+        let len = (QUEUE_FRAMES * FRAME_SIZE) as usize;
+        let area = Mapping::new(None, len, 0, "allocating a UMEM")?;
+        let reg = UmemReg {
+            addr: area.ptr as u64,
+            len: len as u64,
+            chunk_size: FRAME_SIZE,
+            headroom: 0,
+            flags: 0,
+            tx_metadata_len: 0,
+        };
+        setsockopt(fd.as_raw_fd(), XDP_UMEM_REG, &reg, "registering a UMEM")?;
+        setsockopt(
+            fd.as_raw_fd(),
+            XDP_UMEM_FILL_RING,
+            &QUEUE_FRAMES,
+            "sizing a fill ring",
+        )?;
+        setsockopt(
+            fd.as_raw_fd(),
+            XDP_UMEM_COMPLETION_RING,
+            &COMPLETION_RING,
+            "sizing a completion ring",
+        )?;
+        let off: MmapOffsets = getsockopt(fd.as_raw_fd(), XDP_MMAP_OFFSETS)
+            .ok_or_else(|| os("reading the AF_XDP ring offsets"))?;
+        let fill = Ring::map::<u64>(
+            fd.as_raw_fd(),
+            off.fr,
+            QUEUE_FRAMES,
+            XDP_UMEM_PGOFF_FILL_RING,
+            "mapping a fill ring",
+        )?;
+        let completion = Ring::map::<u64>(
+            fd.as_raw_fd(),
+            off.cr,
+            COMPLETION_RING,
+            XDP_UMEM_PGOFF_COMPLETION_RING,
+            "mapping a completion ring",
+        )?;
+        let rx = Ring::map::<Desc>(
+            fd.as_raw_fd(),
+            off.rx,
+            RX_RING,
+            XDP_PGOFF_RX_RING,
+            "mapping an AF_XDP RX ring",
+        )?;
+        let umem = Arc::new(Umem {
+            area,
+            fill: Mutex::new(fill),
+            _completion: completion,
+        });
+        let all: Vec<u64> = (0..u64::from(QUEUE_FRAMES))
+            .map(|i| i * u64::from(FRAME_SIZE))
+            .collect();
+        umem.refill(&all);
+        bind(fd.as_raw_fd(), ifindex, queue, flags, 0)?;
+        Ok(Self {
+            fd,
+            rx,
+            umem,
+            drops_seen: 0,
+            done: Vec::with_capacity(BATCH as usize),
+        })
+    }
+
+    /// Another socket of `first`'s queue, sharing its UMEM.
+    fn sharing(first: &XskSocket, ifindex: u32, queue: u32) -> Result<Self, RuntimeError> {
+        let fd = Self::unbound()?;
+        let rx = Self::map_rx(&fd)?;
+        bind(
+            fd.as_raw_fd(),
+            ifindex,
+            queue,
+            XDP_SHARED_UMEM,
+            first.fd.as_raw_fd() as u32,
+        )?;
+        Ok(Self {
+            fd,
+            rx,
+            umem: Arc::clone(&first.umem),
+            drops_seen: 0,
+            done: Vec::with_capacity(BATCH as usize),
+        })
+    }
+
+    /// Calls `f` on up to [`BATCH`] frames of the RX ring, in order, then
+    /// gives their frames back to the fill ring; returns how many.
+    fn batch(&mut self, f: &mut impl FnMut(Frame<'_>)) -> usize {
+        let cons = self.rx.index(self.rx.consumer).load(Ordering::Relaxed);
+        let prod = self.rx.index(self.rx.producer).load(Ordering::Acquire);
+        let n = prod.wrapping_sub(cons).min(BATCH);
+        if n == 0 {
+            return 0;
+        }
+        let timestamp_ns = realtime_ns();
+        self.done.clear();
+        for i in 0..n {
+            // SAFETY: a descriptor the kernel produced (acquired above).
+            let d = unsafe { *self.rx.slot::<Desc>(cons.wrapping_add(i)) };
+            let at = d.addr as usize;
+            let len = d.len as usize;
+            if at + len > self.umem.area.len {
+                continue;
+            }
+            // SAFETY: the frame's bytes inside the UMEM, ours until their
+            // chunk goes back to the fill ring below.
+            let data = unsafe { std::slice::from_raw_parts_mut(self.umem.area.ptr.add(at), len) };
+            f(Frame {
+                data,
+                wire_len: d.len,
+                timestamp_ns,
+            });
+            self.done.push(d.addr);
+        }
+        self.rx
+            .index(self.rx.consumer)
+            .store(cons.wrapping_add(n), Ordering::Release);
+        self.umem.refill(&self.done);
+        n as usize
+    }
+
+    /// Frames the kernel dropped for this socket (RX ring full, or no
+    /// free frame in the fill ring) since the last call.
+    fn drops(&mut self) -> u64 {
+        let Some(s) = getsockopt::<XdpStatistics>(self.fd.as_raw_fd(), XDP_STATISTICS) else {
+            return 0;
+        };
+        let total = s.rx_dropped + s.rx_ring_full;
+        let new = total.saturating_sub(self.drops_seen);
+        self.drops_seen = total;
+        new
+    }
+}
+
+fn bind(fd: RawFd, ifindex: u32, queue: u32, flags: u16, shared: u32) -> Result<(), RuntimeError> {
+    let addr = SockaddrXdp {
+        family: AF_XDP as u16,
+        flags,
+        ifindex,
+        queue_id: queue,
+        shared_umem_fd: shared,
+    };
+    // SAFETY: a valid address of the size passed.
+    let r = unsafe {
+        libc::bind(
+            fd,
+            (&addr as *const SockaddrXdp).cast(),
+            std::mem::size_of::<SockaddrXdp>() as u32,
+        )
+    };
+    if r != 0 {
+        return Err(os("binding an AF_XDP socket to the interface's queue"));
+    }
+    Ok(())
+}
+
+/// A worker's sockets, one per queue.
+#[derive(Debug)]
+pub struct XskRx {
+    sockets: Vec<XskSocket>,
+}
+
+impl XskRx {
+    /// Calls `f` on the frames ready, a batch from each socket, in each
+    /// socket's order; returns how many.
+    pub fn next_batch(&mut self, mut f: impl FnMut(Frame<'_>)) -> usize {
+        self.sockets.iter_mut().map(|s| s.batch(&mut f)).sum()
+    }
+
+    /// Waits at most `timeout_ms` for a frame on any socket.
+    pub fn wait(&self, timeout_ms: i32) {
+        let mut fds: Vec<libc::pollfd> = self
+            .sockets
+            .iter()
+            .map(|s| libc::pollfd {
+                fd: s.fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        // SAFETY: valid pollfds, as many as passed.
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+    }
+
+    /// Frames the kernel dropped for these sockets since the last call.
+    pub fn drops(&mut self) -> u64 {
+        self.sockets.iter_mut().map(XskSocket::drops).sum()
+    }
+}
+
+/// The backend set up on an interface: the steering, each worker's
+/// sockets, and the attached program.
+#[derive(Debug)]
+pub struct XdpSetup {
+    /// The per-bucket words, as the fanout program's.
+    pub steering: Steering,
+    /// Worker `w`'s sockets, one per queue.
+    pub rx: Vec<XskRx>,
+    /// The queues.
+    pub queues: u32,
+    /// How the sockets bound.
+    pub mode: Mode,
+    /// What keeps the program attached (dropped: detached).
+    pub attached: Attached,
+}
+
+/// The program's link and maps, kept for as long as it runs.
+#[derive(Debug)]
+pub struct Attached {
+    _link: OwnedFd,
+    _xsks: MapHandle,
+}
+
+/// `struct ethtool_channels`.
+#[repr(C)]
+#[derive(Default)]
+struct EthtoolChannels {
+    cmd: u32,
+    max_rx: u32,
+    max_tx: u32,
+    max_other: u32,
+    max_combined: u32,
+    rx_count: u32,
+    tx_count: u32,
+    other_count: u32,
+    combined_count: u32,
+}
+
+const ETHTOOL_GCHANNELS: u32 = 0x3c;
+const SIOCETHTOOL: libc::c_ulong = 0x8946;
+
+/// The receive queues (rx plus combined channels) ethtool reports, asked
+/// through a socket of the calling thread's network namespace; `None`
+/// when the driver does not say.
+fn ethtool_rx_queues(iface: &str) -> Option<u32> {
+    // SAFETY: plain socket creation; checked.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: a descriptor just created and owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut channels = EthtoolChannels {
+        cmd: ETHTOOL_GCHANNELS,
+        ..EthtoolChannels::default()
+    };
+    // SAFETY: zeroed is a valid ifreq.
+    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+    if iface.len() >= ifr.ifr_name.len() {
+        return None;
+    }
+    for (d, b) in ifr.ifr_name.iter_mut().zip(iface.bytes()) {
+        *d = b as libc::c_char;
+    }
+    ifr.ifr_ifru.ifru_data = (&mut channels as *mut EthtoolChannels).cast();
+    // SAFETY: SIOCETHTOOL with an ifreq pointing at a live ethtool_channels.
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), SIOCETHTOOL as _, &mut ifr) };
+    let n = channels.rx_count + channels.combined_count;
+    (r == 0 && n > 0).then_some(n)
+}
+
+/// The number of receive queues of `iface` (index `ifindex`): ethtool's
+/// channels, else sysfs — only when its entry is the same interface (a
+/// thread that entered another network namespace still sees the sysfs of
+/// the one it was mounted for).
+pub fn rx_queues(iface: &str, ifindex: u32) -> Result<u32, RuntimeError> {
+    if let Some(n) = ethtool_rx_queues(iface) {
+        return Ok(n);
+    }
+    let unknown = || {
+        RuntimeError::Config(format!(
+            "cannot tell how many receive queues {iface} has (no ethtool channels, no sysfs entry)"
+        ))
+    };
+    let dir = format!("/sys/class/net/{iface}");
+    let same = std::fs::read_to_string(format!("{dir}/ifindex"))
+        .ok()
+        .and_then(|t| t.trim().parse::<u32>().ok())
+        == Some(ifindex);
+    if !same {
+        return Err(unknown());
+    }
+    let entries = std::fs::read_dir(format!("{dir}/queues")).map_err(|_| unknown())?;
+    let n = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
+        .count() as u32;
+    Ok(n.max(1))
+}
+
+impl XdpSetup {
+    /// Loads the program for `buckets` buckets hashed with `key`, opens
+    /// `workers` sockets on each of the interface's receive queues, and
+    /// attaches the program last: every bucket starts on nobody (passed to
+    /// the stack), as the fanout program's member 0.
+    pub fn new(
+        iface: &str,
+        ifindex: u32,
+        workers: usize,
+        buckets: usize,
+        key: &RssKey,
+    ) -> Result<Self, RuntimeError> {
+        if !buckets.is_power_of_two() || buckets > MAX_BUCKETS {
+            return Err(RuntimeError::Config(format!(
+                "the table size must be a power of two up to {MAX_BUCKETS}, not {buckets}"
+            )));
+        }
+        let queues = rx_queues(iface, ifindex)?;
+        // Sockets first: no privileges (or no AF_XDP) is said before any
+        // program is loaded.
+        let mut mode = Mode::ZeroCopy;
+        let mut per_queue: Vec<Vec<XskSocket>> = Vec::with_capacity(queues as usize);
+        for q in 0..queues {
+            let copy = || {
+                XskSocket::first(ifindex, q, XDP_COPY).map_err(|e| match e {
+                    RuntimeError::Os(o) => RuntimeError::Config(format!(
+                        "{iface} queue {q}: no AF_XDP socket, not even in copy mode ({})",
+                        o.source
+                    )),
+                    e => e,
+                })
+            };
+            // Zero-copy where the driver has it (for every queue, or for
+            // none: the first refusal decides).
+            let first = if mode == Mode::ZeroCopy {
+                match XskSocket::first(ifindex, q, XDP_ZEROCOPY) {
+                    Ok(s) => s,
+                    Err(RuntimeError::Os(o)) => {
+                        tracing::debug!("{iface} queue {q}: no zero-copy ({o}); copy mode");
+                        mode = Mode::Copy;
+                        copy()?
+                    }
+                    Err(e) => return Err(e),
+                }
+            } else {
+                copy()?
+            };
+            let mut sockets = Vec::with_capacity(workers);
+            for _ in 1..workers {
+                sockets.push(XskSocket::sharing(&first, ifindex, q)?);
+            }
+            sockets.insert(0, first);
+            per_queue.push(sockets);
+        }
+
+        route_libbpf_logs();
+        let bpf = |what| move |source| RuntimeError::Bpf { what, source };
+        let mut storage = MaybeUninit::uninit();
+        let mut open = XskSkelBuilder::default()
+            .open(&mut storage)
+            .map_err(bpf("opening the XDP program"))?;
+        let rodata = open
+            .maps
+            .rodata_data
+            .as_deref_mut()
+            .ok_or_else(|| RuntimeError::Config("the XDP program has no .rodata".into()))?;
+        rodata.bucket_mask = (buckets - 1) as u32;
+        rodata.workers = workers as u32;
+        open.maps
+            .rsspp_words
+            .set_max_entries(buckets as u32)
+            .map_err(bpf("sizing the bucket words"))?;
+        open.maps
+            .rsspp_xsks
+            .set_max_entries(queues * workers as u32)
+            .map_err(bpf("sizing the socket map"))?;
+        let skel = open.load().map_err(|source| {
+            if source.kind() == libbpf_rs::ErrorKind::PermissionDenied {
+                RuntimeError::NoPrivileges
+            } else {
+                RuntimeError::Bpf {
+                    what: "loading the XDP program",
+                    source,
+                }
+            }
+        })?;
+        skel.maps
+            .rsspp_xsk_key
+            .update(
+                &0u32.to_ne_bytes(),
+                &Toeplitz::new(key.clone()).table_ne_bytes(),
+                MapFlags::ANY,
+            )
+            .map_err(bpf("writing the key table"))?;
+        for (q, sockets) in per_queue.iter().enumerate() {
+            for (w, s) in sockets.iter().enumerate() {
+                let slot = (q * workers + w) as u32;
+                skel.maps
+                    .rsspp_xsks
+                    .update(
+                        &slot.to_ne_bytes(),
+                        &(s.fd.as_raw_fd() as u32).to_ne_bytes(),
+                        MapFlags::ANY,
+                    )
+                    .map_err(bpf("adding a socket to the socket map"))?;
+            }
+        }
+        let prog = skel
+            .progs
+            .rsspp_xsk
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|source| {
+                RuntimeError::Os(Os {
+                    what: "duplicating the program fd",
+                    source,
+                })
+            })?;
+        let xsks =
+            MapHandle::try_from(&skel.maps.rsspp_xsks).map_err(bpf("taking the socket map"))?;
+        let words =
+            MapHandle::try_from(&skel.maps.rsspp_words).map_err(bpf("taking the words map"))?;
+        let steering = Steering::with_words(prog, words, buckets)?;
+        let link = attach(steering.prog_fd(), ifindex).map_err(|source| {
+            let why = match source.raw_os_error() {
+                Some(libc::ERANGE) => " (its MTU is too large for XDP)",
+                Some(libc::EEXIST) | Some(libc::EBUSY) => " (another XDP program is attached)",
+                Some(libc::EOPNOTSUPP) => " (no XDP on this interface)",
+                _ => "",
+            };
+            RuntimeError::Config(format!(
+                "cannot attach an XDP program to {iface}: {source}{why}"
+            ))
+        })?;
+        let mut rx: Vec<XskRx> = (0..workers)
+            .map(|_| XskRx {
+                sockets: Vec::new(),
+            })
+            .collect();
+        for sockets in per_queue {
+            for (w, s) in sockets.into_iter().enumerate() {
+                rx[w].sockets.push(s);
+            }
+        }
+        Ok(Self {
+            steering,
+            rx,
+            queues,
+            mode,
+            attached: Attached {
+                _link: link,
+                _xsks: xsks,
+            },
+        })
+    }
+}
+
+/// `struct bpf_attr`'s `link_create` part, padded to the union's size.
+#[repr(C)]
+struct LinkCreate {
+    prog_fd: u32,
+    target_ifindex: u32,
+    attach_type: u32,
+    flags: u32,
+    rest: [u64; 16],
+}
+
+/// Attaches an XDP program through a BPF link: native mode where the
+/// driver has it, generic otherwise (the kernel's choice with no mode
+/// flag); detached when the returned fd closes.
+fn attach(prog: RawFd, ifindex: u32) -> std::io::Result<OwnedFd> {
+    let attr = LinkCreate {
+        prog_fd: prog as u32,
+        target_ifindex: ifindex,
+        attach_type: BPF_XDP,
+        flags: 0,
+        rest: [0; 16],
+    };
+    // SAFETY: the bpf syscall with an attribute of the size passed.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_LINK_CREATE,
+            &attr as *const LinkCreate,
+            std::mem::size_of::<LinkCreate>() as u32,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a link fd just created, owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Nanoseconds since the Unix epoch (AF_XDP frames carry no timestamp).
+fn realtime_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-parameter.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kernel_structs_have_the_kernels_sizes() {
+        // <linux/if_xdp.h>, <linux/bpf.h>, <linux/ethtool.h> on x86_64 and
+        // aarch64.
+        assert_eq!(std::mem::size_of::<UmemReg>(), 32);
+        assert_eq!(std::mem::size_of::<RingOffset>(), 32);
+        assert_eq!(std::mem::size_of::<MmapOffsets>(), 128);
+        assert_eq!(std::mem::size_of::<SockaddrXdp>(), 16);
+        assert_eq!(std::mem::size_of::<XdpStatistics>(), 48);
+        assert_eq!(std::mem::size_of::<Desc>(), 16);
+        assert_eq!(std::mem::size_of::<LinkCreate>(), 144);
+        assert_eq!(std::mem::size_of::<EthtoolChannels>(), 36);
+    }
+
+    #[test]
+    fn modes_are_named_as_the_log_says() {
+        assert_eq!(Mode::Copy.to_string(), "copy");
+        assert_eq!(Mode::ZeroCopy.to_string(), "zero-copy");
+    }
+}
