@@ -94,7 +94,7 @@ impl Rfs {
         }
         let threads = THREADS_PER_CORE * cores;
         let mut queue_capacity = vec![config.queue_size; cores];
-        queue_capacity.extend(std::iter::repeat(BACKLOG).take(cores));
+        queue_capacity.extend(std::iter::repeat_n(BACKLOG, cores));
         Ok(Self {
             table: IndirectionTable::equal(config.reta_size, cores)?,
             flows: RfsTable::new(cores, FLOW_CNT),
