@@ -68,7 +68,9 @@ fn value(x: f64) -> String {
 
 /// A percentage for a caption.
 fn percent(x: f64) -> String {
-    if x.is_finite() {
+    if x == f64::INFINITY {
+        "inf".into()
+    } else if x.is_finite() {
         format!("{}%", num(100.0 * x))
     } else {
         "n/a".into()
@@ -123,7 +125,7 @@ fn latency(c: &Comparison) -> Figure {
 }
 
 fn imbalance(c: &Comparison) -> Figure {
-    let mut csv = String::from("policy,sample,imbalance\n");
+    let mut csv = String::from("policy,sample,imbalance_pct\n");
     for p in &c.policies {
         for (i, &x) in p.imbalance_samples.iter().enumerate() {
             let _ = writeln!(csv, "{},{},{}", field(&p.name), i, value(x));
@@ -136,7 +138,7 @@ fn imbalance(c: &Comparison) -> Figure {
          RSS 51.2%, RSS++ 14.5% (the paper's Figure 12 ranks software round-robin and Sprayer \
          fairest, RSS++ the fairest flow-aware method).\n{}\n\
          The chart: per policy the median (bar), each 1-second sample (dot) and their range. \
-         CSV: every sample (policy, index, imbalance as a fraction).\n\
+         CSV: every sample (policy, index, imbalance in percent).\n\
          This run, median imbalance per policy:\n",
         run_line(c)
     );
@@ -145,7 +147,7 @@ fn imbalance(c: &Comparison) -> Figure {
             caption,
             "  {}: {}",
             p.name,
-            percent(p.summary.imbalance_median)
+            percent(p.summary.imbalance_median / 100.0)
         );
     }
     Figure {

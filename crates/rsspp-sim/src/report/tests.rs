@@ -538,6 +538,12 @@ fn figures_are_standalone_svgs_with_their_csv_and_caption() {
     assert!(figs[0].caption.contains("Figure 10") && figs[0].caption.contains("14x"));
     assert!(figs[1].caption.contains("Figure 11"));
     assert!(figs[2].caption.contains("Figure 12") && figs[2].caption.contains("51.2%"));
+    // Imbalances are in percent already.
+    assert!(
+        figs[2].caption.contains("rss: 12.5%"),
+        "{}",
+        figs[2].caption
+    );
     // 50 CDF points, 20 samples of cores in use, 3 imbalance samples, per
     // policy.
     assert_eq!(
@@ -545,7 +551,7 @@ fn figures_are_standalone_svgs_with_their_csv_and_caption() {
         100
     );
     assert_eq!(check_csv(&figs[1].csv, "policy,time_s,active_cores"), 40);
-    assert_eq!(check_csv(&figs[2].csv, "policy,sample,imbalance"), 6);
+    assert_eq!(check_csv(&figs[2].csv, "policy,sample,imbalance_pct"), 6);
     assert!(figs[1].csv.contains("\nrss,2,3\n"), "{}", figs[1].csv);
 }
 
@@ -559,7 +565,7 @@ fn scaling_is_a_figure_only_when_cores_changed() {
     let stems: Vec<&str> = figs.iter().map(|f| f.stem.as_str()).collect();
     assert_eq!(stems, ["rsspp-fig10-latency", "rsspp-fig12-imbalance"]);
     // No sample: an empty field, "n/a" in the caption.
-    assert_eq!(check_csv(&figs[1].csv, "policy,sample,imbalance"), 1);
+    assert_eq!(check_csv(&figs[1].csv, "policy,sample,imbalance_pct"), 1);
     assert!(figs[1].csv.ends_with("rss,0,\n"));
     assert!(figs[1].caption.contains("rss: n/a"));
 }
