@@ -50,7 +50,7 @@ fn ovs_alb_on_short_intervals_moves_a_few_queues_once() {
         summary(&r, "ovs-alb"),
         summary(&r, "rsspp"),
     );
-    // It rebalanced once, at 1.5 s, moving a few queues (each an eighth of
+    // It rebalanced once, at 1.5 s, moving a few queues (each a quarter of
     // a core's buckets), where RSS++ moved buckets within its first rounds:
     // RSS's drops, all before 1.5 s, were ovs-alb's too.
     assert!(
