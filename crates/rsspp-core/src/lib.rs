@@ -25,6 +25,8 @@
 //! - [`orss`]: oRSS's per-flow load estimate and flow balancer.
 //! - [`reframer`]: Reframer's per-flow batching stage (flush list, `T_buff`,
 //!   maximum burst, SYN bypass).
+//! - [`ovs_alb`]: Open vSwitch's PMD auto load balancer (samples, dry run).
+//! - [`rfs`]: Linux RFS's flow steering (the rps_dev_flow table's switch rule).
 //! - [`affinity_accept`]: Affinity-Accept's accept queues, busy status,
 //!   connection stealing and flow groups.
 
@@ -39,9 +41,11 @@ pub mod flow;
 pub mod handoff;
 pub mod measure;
 pub mod orss;
+pub mod ovs_alb;
 pub mod rand;
 pub mod reframer;
 pub mod reta;
+pub mod rfs;
 pub mod state;
 pub mod toeplitz;
 

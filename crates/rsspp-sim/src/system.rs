@@ -62,6 +62,30 @@ pub struct PolicyConfig {
     pub target_load: f64,
     /// Seed of the policies' own random choices.
     pub seed: u64,
+    /// Settings of `ovs-alb` (Open vSwitch's PMD auto load balancer).
+    pub ovs_alb: OvsAlbOptions,
+}
+
+/// Settings of `ovs-alb`: the balancer's own (sample and rebalance
+/// intervals, load and improvement thresholds) and the receive queues per
+/// core it moves.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OvsAlbOptions {
+    /// The auto load balancer's settings (OVS's defaults: 10 s samples, a
+    /// check at most every minute, 95 % load, 25 % improvement).
+    pub alb: rsspp_core::ovs_alb::OvsAlbConfig,
+    /// Receive queues per PMD (core); the NIC's static RSS table spreads
+    /// the buckets equally over all of them.
+    pub rxqs_per_pmd: usize,
+}
+
+impl Default for OvsAlbOptions {
+    fn default() -> Self {
+        Self {
+            alb: rsspp_core::ovs_alb::OvsAlbConfig::default(),
+            rxqs_per_pmd: 4,
+        }
+    }
 }
 
 impl Default for PolicyConfig {
@@ -76,6 +100,7 @@ impl Default for PolicyConfig {
             autoscale: false,
             target_load: 0.8,
             seed: 1,
+            ovs_alb: OvsAlbOptions::default(),
         }
     }
 }
@@ -439,6 +464,11 @@ impl Cpu<'_> {
     /// Length of queue `q` now.
     pub fn queue_len(&self, q: usize) -> usize {
         self.sh.queues.len(q)
+    }
+
+    /// Packets ever put in queue `q` (its tail position).
+    pub fn queue_enqueued(&self, q: usize) -> u64 {
+        self.sh.queues.enqueued(q)
     }
 
     /// Drops `p` on the policy's behalf (a full buffer).

@@ -12,11 +12,13 @@ pub mod affinity_accept;
 pub mod dispatch;
 pub mod metron;
 pub mod orss;
+pub mod ovs_alb;
 pub mod registry;
+pub mod rfs;
 pub mod rss;
 pub mod rsspp;
 pub mod software;
 pub mod sprayer;
 
-pub use crate::system::{Policy, PolicyConfig, Topology};
-pub use registry::{build, AUTOSCALING_NAMES, POLICY_NAMES};
+pub use crate::system::{OvsAlbOptions, Policy, PolicyConfig, Topology};
+pub use registry::{build, AUTOSCALING_NAMES, POLICY_NAMES, PRODUCTION_NAMES};

@@ -2,7 +2,7 @@
 //! default list `rsspp compare` runs. The only module that knows them all.
 
 use super::software::{Placement, SoftwareDispatch};
-use super::{affinity_accept, metron, orss, rss, rsspp, sprayer};
+use super::{affinity_accept, metron, orss, ovs_alb, rfs, rss, rsspp, sprayer};
 use crate::system::{Policy, PolicyConfig};
 
 /// The policies `rsspp compare` runs by default, in the order of the report.
@@ -24,6 +24,11 @@ pub const POLICY_NAMES: &[&str] = &[
 /// fixed-core policies (the RSS++ paper's Figure 11).
 pub const AUTOSCALING_NAMES: &[&str] = &["rsspp-autoscale", "metron-autoscale"];
 
+/// The balancers production systems run (not in the default list: name
+/// them with `--policies`): Open vSwitch's PMD auto load balancer and
+/// Linux's Receive Flow Steering.
+pub const PRODUCTION_NAMES: &[&str] = &["ovs-alb", "rfs"];
+
 /// Builds the policy called `name`.
 pub fn build(name: &str, config: &PolicyConfig) -> Result<Box<dyn Policy>, crate::SimError> {
     let autoscaling = PolicyConfig {
@@ -43,10 +48,14 @@ pub fn build(name: &str, config: &PolicyConfig) -> Result<Box<dyn Policy>, crate
         "metron-autoscale" => Box::new(metron::Metron::new(&autoscaling)?),
         "orss" => Box::new(orss::Orss::new(config)?),
         "affinity-accept" => Box::new(affinity_accept::AffinityAccept::new(config)?),
+        "ovs-alb" => Box::new(ovs_alb::OvsAlb::new(config)?),
+        "rfs" => Box::new(rfs::Rfs::new(config)?),
         _ => {
             return Err(crate::SimError::UnknownPolicy {
                 name: name.to_string(),
-                known: [POLICY_NAMES, AUTOSCALING_NAMES].concat().join(", "),
+                known: [POLICY_NAMES, AUTOSCALING_NAMES, PRODUCTION_NAMES]
+                    .concat()
+                    .join(", "),
             })
         }
     };

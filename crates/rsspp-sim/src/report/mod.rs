@@ -3,6 +3,7 @@
 //! mailed, archived and opened offline. Tooltips are SVG `<title>`s.
 
 mod charts;
+mod figures;
 mod svg;
 #[cfg(test)]
 mod tests;
@@ -11,6 +12,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use crate::result::{Comparison, PolicyResult};
+pub use figures::{figures, Figure};
 use svg::{esc, int, num, pct};
 
 /// The report of `comparison` as a complete HTML document.

@@ -490,3 +490,82 @@ fn cores_that_never_change_are_said_not_drawn() {
     let page = html(&comparison(flat, false));
     assert!(page.contains("aria-label=\"cores in use over time\""));
 }
+
+/// Checks a figure's CSV: a header, then rows of as many fields, the
+/// numeric ones parsing (empty: no sample). Returns the data rows.
+fn check_csv(csv: &str, header: &str) -> usize {
+    let mut lines = csv.lines();
+    assert_eq!(lines.next(), Some(header));
+    let width = header.split(',').count();
+    let mut rows = 0;
+    for line in lines {
+        let fields: Vec<&str> = line.split(',').collect();
+        assert_eq!(fields.len(), width, "{line}");
+        for f in &fields[1..] {
+            assert!(f.is_empty() || f.parse::<f64>().is_ok(), "{line}");
+        }
+        rows += 1;
+    }
+    rows
+}
+
+#[test]
+fn figures_are_standalone_svgs_with_their_csv_and_caption() {
+    let c = comparison(
+        vec![policy("rss", 4, 20, false), policy("rsspp", 4, 20, false)],
+        false,
+    );
+    let figs = figures(&c);
+    let stems: Vec<&str> = figs.iter().map(|f| f.stem.as_str()).collect();
+    assert_eq!(
+        stems,
+        [
+            "rsspp-fig10-latency",
+            "rsspp-fig11-scaling",
+            "rsspp-fig12-imbalance"
+        ]
+    );
+    for f in &figs {
+        let body = f
+            .svg
+            .strip_prefix("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n")
+            .expect("an XML declaration");
+        let seen = check_markup(body);
+        assert_eq!(seen[0], "svg");
+        assert!(seen.contains(&"style".to_string()), "{}", f.stem);
+        assert!(f.caption.contains("RSS++") && f.caption.contains("This run"));
+    }
+    assert!(figs[0].caption.contains("Figure 10") && figs[0].caption.contains("14x"));
+    assert!(figs[1].caption.contains("Figure 11"));
+    assert!(figs[2].caption.contains("Figure 12") && figs[2].caption.contains("51.2%"));
+    // Imbalances are in percent already.
+    assert!(
+        figs[2].caption.contains("rss: 12.5%"),
+        "{}",
+        figs[2].caption
+    );
+    // 50 CDF points, 20 samples of cores in use, 3 imbalance samples, per
+    // policy.
+    assert_eq!(
+        check_csv(&figs[0].csv, "policy,latency_us,fraction_at_or_below"),
+        100
+    );
+    assert_eq!(check_csv(&figs[1].csv, "policy,time_s,active_cores"), 40);
+    assert_eq!(check_csv(&figs[2].csv, "policy,sample,imbalance_pct"), 6);
+    assert!(figs[1].csv.contains("\nrss,2,3\n"), "{}", figs[1].csv);
+}
+
+#[test]
+fn scaling_is_a_figure_only_when_cores_changed() {
+    let mut p = policy("rss", 4, 10, false);
+    p.timeline.active_cores = vec![4; 10];
+    p.summary.imbalance_median = f64::NAN;
+    p.imbalance_samples = vec![f64::NAN];
+    let figs = figures(&comparison(vec![p], false));
+    let stems: Vec<&str> = figs.iter().map(|f| f.stem.as_str()).collect();
+    assert_eq!(stems, ["rsspp-fig10-latency", "rsspp-fig12-imbalance"]);
+    // No sample: an empty field, "n/a" in the caption.
+    assert_eq!(check_csv(&figs[1].csv, "policy,sample,imbalance_pct"), 1);
+    assert!(figs[1].csv.ends_with("rss,0,\n"));
+    assert!(figs[1].caption.contains("rss: n/a"));
+}

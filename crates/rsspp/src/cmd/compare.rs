@@ -8,12 +8,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
+use rsspp_core::ovs_alb::OvsAlbConfig;
 use rsspp_core::{BalanceConfig, ControlConfig, Setting};
 use rsspp_sim::calibration::CostFile;
 use rsspp_sim::compare::{compare, CompareConfig, Progress};
 use rsspp_sim::cost::{StateAccess, StateTable};
 use rsspp_sim::engine::EngineConfig;
-use rsspp_sim::policy::{PolicyConfig, POLICY_NAMES};
+use rsspp_sim::policy::{OvsAlbOptions, PolicyConfig, POLICY_NAMES};
 use rsspp_sim::reframer::{ReframerConfig, BUFFER_US_RANGE};
 use rsspp_sim::run::RunConfig;
 use rsspp_sim::workload::{Spool, TraceSource, WorkloadConfig};
@@ -198,6 +199,46 @@ pub struct CompareArgs {
         allow_negative_numbers = true
     )]
     table_update_us: f64,
+    /// ovs-alb: seconds between two rebalance checks (OVS's
+    /// pmd-auto-lb-rebal-interval; at most one rebalance each).
+    #[arg(
+        long,
+        default_value_t = 60.0,
+        value_name = "S",
+        allow_negative_numbers = true
+    )]
+    ovs_interval_s: f64,
+    /// ovs-alb: seconds between two samples of the queues' cycles (OVS: 10;
+    /// the last 6 samples count).
+    #[arg(
+        long,
+        default_value_t = 10.0,
+        value_name = "S",
+        allow_negative_numbers = true
+    )]
+    ovs_sample_s: f64,
+    /// ovs-alb: busy share at which a core is overloaded (OVS's
+    /// pmd-auto-lb-load-threshold, 95 %).
+    #[arg(
+        long,
+        default_value_t = 0.95,
+        value_name = "X",
+        allow_negative_numbers = true
+    )]
+    ovs_load_threshold: f64,
+    /// ovs-alb: least relative drop of the load variance that a rebalance
+    /// must bring (OVS's pmd-auto-lb-improvement-threshold, 25 %).
+    #[arg(
+        long,
+        default_value_t = 0.25,
+        value_name = "X",
+        allow_negative_numbers = true
+    )]
+    ovs_improvement: f64,
+    /// ovs-alb: receive queues per core (the static RSS table spreads the
+    /// buckets over them; the balancer moves whole queues).
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    ovs_rxqs_per_core: usize,
     /// Put a Reframer in front of the NIC, buffering each flow's packets up
     /// to BUFFER_US µs (1–10000) to rebuild per-flow bursts.
     #[arg(long, value_name = "BUFFER_US")]
@@ -220,6 +261,11 @@ pub struct CompareArgs {
     /// --json.
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
+    /// Write each figure of the papers this run reproduces (RSS++ Figures
+    /// 10 and 12; 11 when a policy scaled) into DIR: an SVG, the CSV behind
+    /// it and a caption naming the paper's figure and its numbers.
+    #[arg(long, value_name = "DIR")]
+    figures: Option<PathBuf>,
     /// Do not write the HTML report.
     #[arg(long, conflicts_with = "out")]
     no_report: bool,
@@ -254,6 +300,77 @@ fn check_control(args: &CompareArgs) -> Result<(), CliError> {
             _ => None,
         })
     })
+}
+
+/// `ovs-alb`'s settings from the `--ovs-*` flags, checked.
+fn ovs_alb_options(args: &CompareArgs) -> Result<OvsAlbOptions, CliError> {
+    let seconds = |flag: &'static str, s: f64| {
+        if s.is_finite() && s > 0.0 && s <= 1e6 {
+            Ok((s * 1e9) as u64)
+        } else {
+            Err(CliError::OutOfRange {
+                flag,
+                expected: "between 0 (excluded) and 1000000 seconds".into(),
+                value: s.to_string(),
+            })
+        }
+    };
+    let alb = OvsAlbConfig {
+        sample_ns: seconds("--ovs-sample-s", args.ovs_sample_s)?,
+        interval_ns: seconds("--ovs-interval-s", args.ovs_interval_s)?,
+        load_threshold: args.ovs_load_threshold,
+        improvement: args.ovs_improvement,
+    };
+    if !(args.ovs_load_threshold.is_finite() && args.ovs_load_threshold > 0.0) {
+        return Err(CliError::OutOfRange {
+            flag: "--ovs-load-threshold",
+            expected: "above 0".into(),
+            value: args.ovs_load_threshold.to_string(),
+        });
+    }
+    if !(args.ovs_improvement.is_finite() && (0.0..=1.0).contains(&args.ovs_improvement)) {
+        return Err(CliError::OutOfRange {
+            flag: "--ovs-improvement",
+            expected: "between 0 and 1".into(),
+            value: args.ovs_improvement.to_string(),
+        });
+    }
+    if args.ovs_rxqs_per_core == 0 {
+        return Err(CliError::OutOfRange {
+            flag: "--ovs-rxqs-per-core",
+            expected: "at least 1".into(),
+            value: args.ovs_rxqs_per_core.to_string(),
+        });
+    }
+    Ok(OvsAlbOptions {
+        alb,
+        rxqs_per_pmd: args.ovs_rxqs_per_core,
+    })
+}
+
+/// Creates the `--figures` folder (and its parents) if missing.
+fn create_figures_dir(dir: &Path) -> Result<(), CliError> {
+    std::fs::create_dir_all(dir).map_err(|e| {
+        CliError::Invalid(format!(
+            "--figures {}: cannot create it: {e}",
+            dir.display()
+        ))
+    })
+}
+
+/// Writes `comparison`'s figures into `dir` (created if missing): per
+/// figure `<stem>.svg`, `<stem>.csv`, `<stem>.txt`. Returns the files
+/// written.
+fn write_figures(dir: &Path, comparison: &Comparison) -> Result<usize, CliError> {
+    create_figures_dir(dir)?;
+    let mut written = 0;
+    for f in report::figures(comparison) {
+        for (ext, text) in [("svg", &f.svg), ("csv", &f.csv), ("txt", &f.caption)] {
+            atomic::write(&dir.join(format!("{}.{ext}", f.stem)), text.as_bytes())?;
+            written += 1;
+        }
+    }
+    Ok(written)
 }
 
 /// Runs `rsspp compare`.
@@ -357,6 +474,7 @@ pub fn run_compare(args: &CompareArgs) -> Result<(), CliError> {
         interval_ns: args.interval_ms * 1_000_000,
         table_update_ns: (args.table_update_us * 1000.0) as u64,
         seed: args.seed,
+        ovs_alb: ovs_alb_options(args)?,
     };
     check_control(args)?;
     if !(args.table_update_us.is_finite() && (0.0..=1e6).contains(&args.table_update_us)) {
@@ -382,6 +500,10 @@ pub fn run_compare(args: &CompareArgs) -> Result<(), CliError> {
             ));
         }
         atomic::check_destination(path)?;
+    }
+    // So is a figures folder that cannot be made.
+    if let Some(dir) = &args.figures {
+        create_figures_dir(dir)?;
     }
     let config = CompareConfig {
         run: RunConfig {
@@ -433,6 +555,15 @@ pub fn run_compare(args: &CompareArgs) -> Result<(), CliError> {
         }
         print_table(&mut stdout, &comparison, out.speed, out.packets).map_err(CliError::output)?;
         print_sweep(&mut stdout, &comparison.sweep).map_err(CliError::output)?;
+    }
+    if let Some(dir) = &args.figures {
+        let written = write_figures(dir, &comparison)?;
+        if args.json {
+            eprintln!("figures: {} ({written} files)", dir.display());
+        } else {
+            writeln!(stdout, "figures: {} ({written} files)", dir.display())
+                .map_err(CliError::output)?;
+        }
     }
     if let Some(path) = &report_path {
         write_report(path, &comparison)?;
