@@ -292,6 +292,7 @@ fn the_debian_package_installs_and_its_daemon_runs() {
         "/usr/share/rsspp/prometheus/rsspp-alerts.yml",
         "/usr/share/rsspp/grafana/rsspp.json",
         "/usr/share/doc/rsspp/copyright",
+        "/usr/share/doc/rsspp/examples/rsspp.toml",
     ] {
         assert!(
             listed.lines().any(|l| l == file),
@@ -332,4 +333,22 @@ fn the_debian_package_installs_and_its_daemon_runs() {
     assert!(out.status.success(), "{argv:?}:\n{stderr}");
     assert!(stderr.contains("stopping rounds="), "{stderr}");
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn the_example_config_holds_only_options_of_rsspp_run() {
+    // Read as `rsspp run --config` reads it: a key that is not an option
+    // would be refused before the interface is looked up.
+    let out = Command::new(RSSPP)
+        .args(["run", "--config"])
+        .arg(deploy().join("rsspp.toml"))
+        .args(["--iface", "rsspp-nosuch0"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("rsspp-nosuch0"),
+        "the interface, not the file, is refused: {stderr}"
+    );
 }
