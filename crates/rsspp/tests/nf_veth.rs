@@ -14,14 +14,18 @@
 #[path = "../../rsspp-linux/tests/common/netns.rs"]
 #[allow(dead_code)]
 mod netns;
+#[path = "common/nf.rs"]
+#[allow(dead_code)]
+mod nf_common;
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use netns::Netns;
+use nf_common::{frames_by_flow, ready, reordered, Flow, Reaped, Scratch};
 use rsspp_trace::TraceReader;
 
 const RSSPP: &str = env!("CARGO_BIN_EXE_rsspp");
@@ -32,66 +36,6 @@ const PPS: u32 = 25_000;
 const TRACE_S: &str = "0.1";
 /// The two tests share the CPUs: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
-
-fn ready() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipping: the nf test needs root (CI runs as root)");
-        return false;
-    }
-    if rsspp_linux::cpu::CpuList::online().unwrap().len() < 2 {
-        eprintln!("skipping: two workers need two CPUs");
-        return false;
-    }
-    true
-}
-
-/// A flow as the receiver and the monitor name it.
-type Flow = (u8, String, String, u16, u16);
-
-/// Per flow, its frames in order: (IP id, TCP sequence number), from a
-/// classic pcap of Ethernet + IPv4 frames (what `rsspp trace gen` writes
-/// and tcpdump records).
-fn frames_by_flow(path: &Path) -> HashMap<Flow, Vec<(u16, u32)>> {
-    let bytes = std::fs::read(path).unwrap();
-    let le = match bytes[..4] {
-        [0xd4, 0xc3, 0xb2, 0xa1] | [0x4d, 0x3c, 0xb2, 0xa1] => true,
-        [0xa1, 0xb2, 0xc3, 0xd4] | [0xa1, 0xb2, 0x3c, 0x4d] => false,
-        _ => panic!("{}: not a classic pcap", path.display()),
-    };
-    let u32_at = |at: usize| {
-        let b = [bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]];
-        if le {
-            u32::from_le_bytes(b)
-        } else {
-            u32::from_be_bytes(b)
-        }
-    };
-    let mut flows: HashMap<Flow, Vec<(u16, u32)>> = HashMap::new();
-    let mut at = 24;
-    while at + 16 <= bytes.len() {
-        let caplen = u32_at(at + 8) as usize;
-        let f = &bytes[at + 16..at + 16 + caplen];
-        at += 16 + caplen;
-        if f.len() < 42 || f[12..14] != [0x08, 0x00] {
-            continue;
-        }
-        let ip = &f[14..];
-        let proto = ip[9];
-        let be16 = |b: &[u8]| u16::from_be_bytes([b[0], b[1]]);
-        let src = format!("{}.{}.{}.{}", ip[12], ip[13], ip[14], ip[15]);
-        let dst = format!("{}.{}.{}.{}", ip[16], ip[17], ip[18], ip[19]);
-        let l4 = &ip[20..];
-        let seq = if proto == 6 && l4.len() >= 8 {
-            u32::from_be_bytes([l4[4], l4[5], l4[6], l4[7]])
-        } else {
-            0
-        };
-        let key = (proto, src, dst, be16(&l4[0..]), be16(&l4[2..]));
-        flows.entry(key).or_default().push((be16(&ip[4..]), seq));
-    }
-    flows
-}
 
 /// Per-flow packet counts of a trace, through rsspp-trace's reader.
 fn counts_by_flow(path: &Path) -> BTreeMap<Flow, u64> {
@@ -113,65 +57,6 @@ fn counts_by_flow(path: &Path) -> BTreeMap<Flow, u64> {
     counts
 }
 
-/// Frames of each flow that came out before one sent earlier.
-fn reordered(sent: &HashMap<Flow, Vec<(u16, u32)>>, got: &HashMap<Flow, Vec<(u16, u32)>>) -> u64 {
-    let mut late = 0;
-    for (flow, frames) in got {
-        // Position of each frame in the flow as sent (frames that repeat
-        // exactly are indistinguishable: the first unused one).
-        let mut positions: HashMap<(u16, u32), Vec<usize>> = HashMap::new();
-        for (i, f) in sent[flow].iter().enumerate().rev() {
-            positions.entry(*f).or_default().push(i);
-        }
-        let mut highest = None;
-        for f in frames {
-            let Some(i) = positions.get_mut(f).and_then(Vec::pop) else {
-                continue;
-            };
-            if highest.is_some_and(|h| i < h) {
-                late += 1;
-            }
-            highest = highest.max(Some(i));
-        }
-    }
-    late
-}
-
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(test: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("rsspp-nf-veth-{test}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A child killed (SIGINT: tcpdump writes its counts) and waited for on
-/// drop.
-struct Reaped(Option<Child>);
-
-impl Reaped {
-    fn stop(&mut self) -> Option<std::process::Output> {
-        let child = self.0.take()?;
-        // SAFETY: kill on our own child's pid.
-        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-        child.wait_with_output().ok()
-    }
-}
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
 struct Run {
     summary: serde_json::Value,
     sent: HashMap<Flow, Vec<(u16, u32)>>,
@@ -188,7 +73,7 @@ fn run(test: &str, extra: &[&str]) -> Run {
 
 /// The whole setup on veth pairs of `queues` queues each.
 fn run_on(test: &str, queues: u32, extra: &[&str]) -> Run {
-    let dir = Scratch::new(test);
+    let dir = Scratch::new(&format!("nf-veth-{test}"));
     let trace = dir.0.join("trace.pcap");
     let flows_out = dir.0.join("flows.jsonl");
     let capture = dir.0.join("out.pcap");

@@ -18,14 +18,18 @@
 #[path = "../../rsspp-linux/tests/common/netns.rs"]
 #[allow(dead_code)]
 mod netns;
+#[path = "common/nf.rs"]
+#[allow(dead_code)]
+mod nf_common;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use netns::Netns;
+use nf_common::{frames_by_flow, ready, Flow, Reaped, Scratch};
 use rsspp_trace::TraceReader;
 
 const RSSPP: &str = env!("CARGO_BIN_EXE_rsspp");
@@ -33,102 +37,6 @@ const RSSPP: &str = env!("CARGO_BIN_EXE_rsspp");
 const PPS: u32 = 25_000;
 /// The tests share the CPUs: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
-
-fn ready() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipping: the nf test needs root (CI runs as root)");
-        return false;
-    }
-    if rsspp_linux::cpu::CpuList::online().unwrap().len() < 2 {
-        eprintln!("skipping: two workers need two CPUs");
-        return false;
-    }
-    true
-}
-
-/// A flow as the receiver and the monitor name it.
-type Flow = (u8, String, String, u16, u16);
-
-/// Per flow, its frames in order: (IP id, TCP sequence number), from a
-/// classic pcap of Ethernet + IPv4 frames (what `rsspp trace gen` writes
-/// and tcpdump records).
-fn frames_by_flow(path: &Path) -> HashMap<Flow, Vec<(u16, u32)>> {
-    let bytes = std::fs::read(path).unwrap();
-    let le = match bytes[..4] {
-        [0xd4, 0xc3, 0xb2, 0xa1] | [0x4d, 0x3c, 0xb2, 0xa1] => true,
-        [0xa1, 0xb2, 0xc3, 0xd4] | [0xa1, 0xb2, 0x3c, 0x4d] => false,
-        _ => panic!("{}: not a classic pcap", path.display()),
-    };
-    let u32_at = |at: usize| {
-        let b = [bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]];
-        if le {
-            u32::from_le_bytes(b)
-        } else {
-            u32::from_be_bytes(b)
-        }
-    };
-    let mut flows: HashMap<Flow, Vec<(u16, u32)>> = HashMap::new();
-    let mut at = 24;
-    while at + 16 <= bytes.len() {
-        let caplen = u32_at(at + 8) as usize;
-        let f = &bytes[at + 16..at + 16 + caplen];
-        at += 16 + caplen;
-        if f.len() < 42 || f[12..14] != [0x08, 0x00] {
-            continue;
-        }
-        let ip = &f[14..];
-        let proto = ip[9];
-        let be16 = |b: &[u8]| u16::from_be_bytes([b[0], b[1]]);
-        let src = format!("{}.{}.{}.{}", ip[12], ip[13], ip[14], ip[15]);
-        let dst = format!("{}.{}.{}.{}", ip[16], ip[17], ip[18], ip[19]);
-        let l4 = &ip[20..];
-        let seq = if proto == 6 && l4.len() >= 8 {
-            u32::from_be_bytes([l4[4], l4[5], l4[6], l4[7]])
-        } else {
-            0
-        };
-        let key = (proto, src, dst, be16(&l4[0..]), be16(&l4[2..]));
-        flows.entry(key).or_default().push((be16(&ip[4..]), seq));
-    }
-    flows
-}
-
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(test: &str) -> Self {
-        let dir =
-            std::env::temp_dir().join(format!("rsspp-reframe-veth-{test}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A child killed (SIGINT: tcpdump writes its counts) and waited for on
-/// drop.
-struct Reaped(Option<Child>);
-
-impl Reaped {
-    fn stop(&mut self) -> Option<std::process::Output> {
-        let child = self.0.take()?;
-        // SAFETY: kill on our own child's pid.
-        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-        child.wait_with_output().ok()
-    }
-}
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
 
 /// The flow of each IP frame of a trace, in order (rsspp-trace's reader).
 fn flow_sequence(path: &Path) -> Vec<Flow> {
@@ -288,7 +196,7 @@ fn reframe_raises_the_slf_and_keeps_every_flow_whole_and_in_order() {
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = Scratch::new("bump");
+    let dir = Scratch::new("reframe-veth-bump");
     // 0.1 s of campus-like traffic: about 50 000 frames, 2 s at `PPS`.
     let trace = gen(&dir.0, "campus", "0.1");
     let ns = with_second_pair("reframe");
@@ -338,7 +246,7 @@ fn reframe_raises_the_slf_and_keeps_every_flow_whole_and_in_order() {
 /// workers: checks no frame lost, no state lost, every flow in order; the
 /// summary.
 fn nf_through_the_stage(buffer_us: &str) -> serde_json::Value {
-    let dir = Scratch::new(&format!("nf-{buffer_us}"));
+    let dir = Scratch::new(&format!("reframe-veth-nf-{buffer_us}"));
     // 0.1 s at the generator's 1 Mpps: 100 000 frames, 4 s at `PPS`.
     let trace = gen(&dir.0, "elephants", "0.1");
     let flows_out = dir.0.join("flows.jsonl");
@@ -448,7 +356,7 @@ fn figure() {
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = Scratch::new("figure");
+    let dir = Scratch::new("reframe-veth-figure");
     let trace = gen(&dir.0, "campus", "0.2");
     let ns = with_second_pair("reframe-figure");
     for (out, reframer) in [

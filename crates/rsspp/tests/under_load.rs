@@ -313,19 +313,29 @@ fn moves_under_load_keep_each_flows_order() {
         ordered.forced()
     );
 
-    // The same with the mechanism off: the test can fail.
-    let immediate = churn("immediate", 19_471);
-    eprintln!(
-        "immediate: sent {}, received {}, reordered {}, {} moves",
-        immediate.sent,
-        immediate.received.packets,
-        immediate.received.reordered,
-        immediate.migrations()
-    );
-    assert!(immediate.migrations() >= 1_000.0, "{}", immediate.log);
+    // The same with the mechanism off: the test can fail. Whether an
+    // immediate move overtakes a packet still queued on the old CPU
+    // depends on the two CPUs' timing (6 to 256 per 1,000 moves here, and
+    // once none in a run): up to three runs must show it.
+    let mut reordered = 0;
+    for attempt in 1..=3 {
+        let immediate = churn("immediate", 19_471);
+        eprintln!(
+            "immediate (run {attempt}): sent {}, received {}, reordered {}, {} moves",
+            immediate.sent,
+            immediate.received.packets,
+            immediate.received.reordered,
+            immediate.migrations()
+        );
+        assert!(immediate.migrations() >= 1_000.0, "{}", immediate.log);
+        reordered = immediate.received.reordered;
+        if reordered > 0 {
+            break;
+        }
+    }
     assert!(
-        immediate.received.reordered > 0,
-        "immediate moves under load reordered nothing: the test cannot tell"
+        reordered > 0,
+        "immediate moves under load reordered nothing in three runs: the test cannot tell"
     );
 }
 
