@@ -237,7 +237,7 @@ pub fn render(s: &MetricsSnapshot) -> String {
         &mut out,
         INFO,
         "gauge",
-        "The interface balanced and the mode: software or hardware (rsspp run), afpacket (rsspp nf) (always 1).",
+        "The interface balanced and the mode: software or hardware (rsspp run), afpacket or afxdp (rsspp nf) (always 1).",
     );
     let _ = writeln!(out, "{INFO}{{{iface},mode=\"{}\"}} 1", label_value(&s.mode));
 
