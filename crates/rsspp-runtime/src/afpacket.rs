@@ -90,7 +90,8 @@ impl Default for RingConfig {
     }
 }
 
-fn os(what: &'static str) -> RuntimeError {
+/// The calling thread's last OS error, for `what`.
+pub(crate) fn os(what: &'static str) -> RuntimeError {
     RuntimeError::Os(Os {
         what,
         source: std::io::Error::last_os_error(),
@@ -120,7 +121,8 @@ fn socket(protocol: u16) -> Result<OwnedFd, RuntimeError> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-fn setsockopt<T>(
+/// `setsockopt(fd, level, name, value)`; the error says `what`.
+pub(crate) fn setsockopt<T>(
     fd: RawFd,
     level: libc::c_int,
     name: libc::c_int,

@@ -29,7 +29,7 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 use rsspp_core::{RssKey, Toeplitz};
 
-use crate::afpacket::Frame;
+use crate::afpacket::{os, setsockopt, Frame};
 use crate::error::{Os, RuntimeError};
 use crate::steer::{route_libbpf_logs, Steering, MAX_BUCKETS};
 
@@ -138,35 +138,6 @@ struct Desc {
     addr: u64,
     len: u32,
     options: u32,
-}
-
-fn os(what: &'static str) -> RuntimeError {
-    RuntimeError::Os(Os {
-        what,
-        source: std::io::Error::last_os_error(),
-    })
-}
-
-fn setsockopt<T>(
-    fd: RawFd,
-    name: libc::c_int,
-    value: &T,
-    what: &'static str,
-) -> Result<(), RuntimeError> {
-    // SAFETY: `value` is a live, initialised T of the size passed.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            SOL_XDP,
-            name,
-            (value as *const T).cast(),
-            std::mem::size_of::<T>() as libc::socklen_t,
-        )
-    };
-    if r != 0 {
-        return Err(os(what));
-    }
-    Ok(())
 }
 
 fn getsockopt<T: Default>(fd: RawFd, name: libc::c_int) -> Option<T> {
@@ -366,6 +337,7 @@ impl XskSocket {
         let fd = xsk_socket()?;
         setsockopt(
             fd.as_raw_fd(),
+            SOL_XDP,
             XDP_RX_RING,
             &RX_RING,
             "sizing an AF_XDP RX ring",
@@ -399,15 +371,23 @@ impl XskSocket {
             flags: 0,
             tx_metadata_len: 0,
         };
-        setsockopt(fd.as_raw_fd(), XDP_UMEM_REG, &reg, "registering a UMEM")?;
         setsockopt(
             fd.as_raw_fd(),
+            SOL_XDP,
+            XDP_UMEM_REG,
+            &reg,
+            "registering a UMEM",
+        )?;
+        setsockopt(
+            fd.as_raw_fd(),
+            SOL_XDP,
             XDP_UMEM_FILL_RING,
             &QUEUE_FRAMES,
             "sizing a fill ring",
         )?;
         setsockopt(
             fd.as_raw_fd(),
+            SOL_XDP,
             XDP_UMEM_COMPLETION_RING,
             &COMPLETION_RING,
             "sizing a completion ring",
