@@ -11,7 +11,12 @@
 //!
 //! - `kernel`: one plain TPACKET_V3 socket read by one thread, counting
 //!   frames — the kernel's own AF_PACKET receive path, no fanout, no
-//!   program, no processing (the baseline nobody here wrote);
+//!   program, no processing (the kernel side nobody here wrote);
+//! - `tcpdump`: Debian's `tcpdump` (libpcap's TPACKET_V3 reader) on `veth1`,
+//!   writing the frames' first 64 bytes to `/dev/null` — a whole userspace
+//!   consumer nobody here wrote, its CPU time read from
+//!   `/proc/PID/task/*/schedstat` and its frame count from its own exit
+//!   report (left out, and said, when tcpdump is not installed);
 //! - per chain, `static`: the runtime with per-bucket tables and a static
 //!   table (`--no-balance`); `shared`: the same on one shared, locked flow
 //!   table (`--table shared`); `rsspp`: RSS++ proper — rebalancing every
@@ -28,7 +33,7 @@
 //! delivery and the fanout program) runs in the sender's thread and is
 //! reported apart, per frame sent.
 
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -116,7 +121,7 @@ impl Sample {
 /// One variant over the rounds.
 #[derive(Debug, Clone, Serialize)]
 pub struct VariantReport {
-    /// `kernel`, `static`, `shared` or `rsspp`.
+    /// `kernel`, `tcpdump`, `static`, `shared`, `rsspp` or `afxdp`.
     pub variant: &'static str,
     /// Median receiving CPU time per frame, nanoseconds.
     pub ns_per_packet: f64,
@@ -147,6 +152,8 @@ pub struct ChainReport {
     pub rsspp_cost_ratio: f64,
     /// The static runtime's cost over the plain kernel reader's.
     pub vs_kernel_ratio: f64,
+    /// The static runtime's cost over tcpdump's (`None` without tcpdump).
+    pub vs_tcpdump_ratio: Option<f64>,
     /// The static runtime's cost on the `afxdp` backend over the same on
     /// `afpacket` (below 1.0: AF_XDP is cheaper for the workers).
     pub afxdp_vs_afpacket_ratio: f64,
@@ -169,6 +176,8 @@ pub struct BenchNfReport {
     pub churn: usize,
     /// The plain kernel reader.
     pub kernel: VariantReport,
+    /// Debian's tcpdump on the same veth; `None` when it is not installed.
+    pub tcpdump: Option<VariantReport>,
     /// Per chain.
     pub chains: Vec<ChainReport>,
 }
@@ -176,6 +185,7 @@ pub struct BenchNfReport {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Variant {
     Kernel,
+    Tcpdump,
     Static,
     Shared,
     Rsspp,
@@ -186,6 +196,7 @@ impl Variant {
     fn name(self) -> &'static str {
         match self {
             Variant::Kernel => "kernel",
+            Variant::Tcpdump => "tcpdump",
             Variant::Static => "static",
             Variant::Shared => "shared",
             Variant::Rsspp => "rsspp",
@@ -378,6 +389,138 @@ fn read_plain(cpu: u32, stop: &AtomicBool) -> Result<u64, RuntimeError> {
     Ok(frames)
 }
 
+/// Whether Debian's `tcpdump` is on the PATH.
+fn tcpdump_installed() -> bool {
+    Command::new("tcpdump")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// CPU time so far of every thread of process `pid`, nanoseconds.
+fn process_cpu_ns(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| {
+            let s = std::fs::read_to_string(t.path().join("schedstat")).ok()?;
+            s.split_whitespace().next()?.parse::<u64>().ok()
+        })
+        .sum()
+}
+
+/// The frames tcpdump says it captured, from its exit report on standard
+/// error (`N packets captured`).
+fn tcpdump_captured(report: &str) -> Option<u64> {
+    report.lines().find_map(|l| {
+        let (n, rest) = l.trim().split_once(' ')?;
+        matches!(rest, "packets captured" | "packet captured")
+            .then(|| n.parse().ok())
+            .flatten()
+    })
+}
+
+/// One run with tcpdump as the receiver: started in the namespace on
+/// `veth1` (headers only, to `/dev/null`), pinned to the first worker CPU;
+/// its CPU time is measured like the workers', from just before the first
+/// frame sent to the end of the drain; its frame count is its own.
+fn tcpdump_run(
+    ns: &Namespace,
+    config: &BenchNfConfig,
+    frames: &[[u8; 64]],
+) -> Result<Sample, BenchNfError> {
+    let setup = |detail: String| BenchNfError::Setup {
+        command: "tcpdump -i veth1 -n -p -s 64 -B 16384 -w /dev/null".into(),
+        detail,
+    };
+    let mut child = Command::new("ip")
+        .args([
+            "netns", "exec", &ns.name, "tcpdump", "-i", "veth1", "-n", "-p",
+        ])
+        .args(["-s", "64", "-B", "16384", "-w", "/dev/null"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| setup(e.to_string()))?;
+    // `ip netns exec` execs tcpdump: the child's pid is tcpdump's.
+    let pid = child.id();
+    let stderr = child.stderr.take().expect("piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let lines = std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let stop = |child: &mut std::process::Child| {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGINT) };
+        let _ = child.wait();
+    };
+    let mut said = String::new();
+    let listening = loop {
+        match rx.recv_timeout(Duration::from_secs(10)) {
+            Ok(line) if line.contains("listening on") => break true,
+            Ok(line) => said += &(line + "\n"),
+            Err(_) => break false,
+        }
+    };
+    if !listening {
+        stop(&mut child);
+        let _ = lines.join();
+        return Err(setup(format!(
+            "it did not start listening: {}",
+            said.trim()
+        )));
+    }
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: a zeroed set, one CPU added, a process we started.
+    unsafe {
+        libc::CPU_SET(config.cpus[0] as usize, &mut set);
+        libc::sched_setaffinity(pid as libc::pid_t, std::mem::size_of_val(&set), &set);
+    }
+    std::thread::sleep(SETTLE);
+    let result = std::thread::scope(|s| {
+        s.spawn(|| -> Result<(u64, u64, u64, u64), BenchNfError> {
+            ns.enter()?;
+            let before = process_cpu_ns(pid);
+            let (sent, sender_cpu_ns, send_ns) = send(frames, config.frames, config.sender_cpu)?;
+            std::thread::sleep(DRAIN);
+            Ok((sent, sender_cpu_ns, send_ns, process_cpu_ns(pid) - before))
+        })
+        .join()
+        .map_err(|_| BenchNfError::Panicked)?
+    });
+    stop(&mut child);
+    let _ = lines.join();
+    let report: String = rx.try_iter().map(|l| l + "\n").collect();
+    let (sent, sender_cpu_ns, send_ns, cpu_ns) = result?;
+    let received = tcpdump_captured(&report).ok_or_else(|| {
+        setup(format!(
+            "no \"packets captured\" line in its exit report: {}",
+            report.trim()
+        ))
+    })?;
+    Ok(Sample {
+        sent,
+        received,
+        cpu_ns,
+        sender_cpu_ns,
+        send_ns,
+        migrations: 0,
+    })
+}
+
 fn one_run(
     ns: &Namespace,
     config: &BenchNfConfig,
@@ -536,7 +679,14 @@ pub fn measure(config: &BenchNfConfig) -> Result<BenchNfReport, BenchNfError> {
         .collect::<Result<_, _>>()?;
     let frames = traffic(config.flows)?;
     let ns = Namespace::new()?;
+    let with_tcpdump = tcpdump_installed();
+    if !with_tcpdump {
+        tracing::warn!(
+            "tcpdump is not installed: its baseline is left out (apt-get install tcpdump)"
+        );
+    }
     let mut kernel = Vec::new();
+    let mut tcpdump = Vec::new();
     let variants = [
         Variant::Static,
         Variant::Shared,
@@ -554,6 +704,9 @@ pub fn measure(config: &BenchNfConfig) -> Result<BenchNfReport, BenchNfError> {
             &chains[0].0,
             &chains[0].1,
         )?);
+        if with_tcpdump {
+            tcpdump.push(tcpdump_run(&ns, config, &frames)?);
+        }
         for (c, (chain, key)) in chains.iter().enumerate() {
             for (v, &variant) in variants.iter().enumerate() {
                 let sample = one_run(&ns, config, &frames, variant, chain, key)?;
@@ -576,6 +729,7 @@ pub fn measure(config: &BenchNfConfig) -> Result<BenchNfReport, BenchNfError> {
                 per_bucket_speedup: ratio(&shared, &fixed),
                 rsspp_cost_ratio: ratio(&rsspp, &fixed),
                 vs_kernel_ratio: ratio(&fixed, &kernel),
+                vs_tcpdump_ratio: with_tcpdump.then(|| ratio(&fixed, &tcpdump)),
                 afxdp_vs_afpacket_ratio: ratio(&afxdp, &fixed),
                 variants: vec![
                     report(Variant::Static, fixed),
@@ -594,6 +748,7 @@ pub fn measure(config: &BenchNfConfig) -> Result<BenchNfReport, BenchNfError> {
         rounds: config.rounds,
         churn: config.churn,
         kernel: report(Variant::Kernel, kernel),
+        tcpdump: with_tcpdump.then(|| report(Variant::Tcpdump, tcpdump)),
         chains,
     })
 }
@@ -613,6 +768,17 @@ mod tests {
         assert!(frames
             .iter()
             .all(|f| f[12..14] == [0x08, 0x00] && f[23] == 17));
+    }
+
+    #[test]
+    fn tcpdump_exit_report_gives_the_frames_captured() {
+        let report = "\n20000 packets captured\n20011 packets received by filter\n0 packets dropped by kernel\n";
+        assert_eq!(tcpdump_captured(report), Some(20000));
+        assert_eq!(tcpdump_captured("1 packet captured\n"), Some(1));
+        assert_eq!(
+            tcpdump_captured("tcpdump: veth1: No such device exists\n"),
+            None
+        );
     }
 
     #[test]

@@ -61,6 +61,8 @@ fn bench_nf_reports_every_variant_and_writes_a_cost_model_compare_reads() {
         assert!(ns.is_finite() && ns > 0.0, "{name}: {ns}");
     };
     check(&report["kernel"], "kernel");
+    // tcpdump, the baseline nobody here wrote (scripts/test-deps installs it).
+    check(&report["tcpdump"], "tcpdump");
     let chains = report["chains"].as_array().unwrap();
     let monitor = chains.iter().find(|c| c["chain"] == "monitor").unwrap();
     for (v, name) in monitor["variants"]
@@ -74,7 +76,12 @@ fn bench_nf_reports_every_variant_and_writes_a_cost_model_compare_reads() {
     let variants = monitor["variants"].as_array().unwrap();
     assert_eq!(variants[0]["samples"][0]["migrations"], 0);
     assert!(variants[2]["samples"][0]["migrations"].as_u64().unwrap() > 0);
-    for ratio in ["per_bucket_speedup", "rsspp_cost_ratio", "vs_kernel_ratio"] {
+    for ratio in [
+        "per_bucket_speedup",
+        "rsspp_cost_ratio",
+        "vs_kernel_ratio",
+        "vs_tcpdump_ratio",
+    ] {
         let r = monitor[ratio].as_f64().unwrap();
         assert!(r.is_finite() && r > 0.0, "{ratio} {r}");
     }

@@ -38,7 +38,7 @@ enum BenchCommand {
     /// Needs root.
     Daemon(BenchDaemonArgs),
     /// `rsspp nf`'s CPU time per packet on a veth pair in a namespace of
-    /// its own, against a plain AF_PACKET reader; per chain: per-bucket
+    /// its own, against a plain AF_PACKET reader and tcpdump; per chain: per-bucket
     /// against shared flow table, RSS++ (rebalancing and --churn) against a
     /// static table. Writes the simulator's cost model (--cost-out). Needs
     /// root.
@@ -365,6 +365,9 @@ fn run_nf(args: &BenchNfArgs) -> Result<(), CliError> {
             );
         };
         row("-", &report.kernel);
+        if let Some(tcpdump) = &report.tcpdump {
+            row("-", tcpdump);
+        }
         for c in &report.chains {
             for v in &c.variants {
                 row(&c.chain, v);
@@ -376,12 +379,19 @@ fn run_nf(args: &BenchNfArgs) -> Result<(), CliError> {
                  RSS++ (rebalancing, --churn {}) costs {:.2}x the static table; {:.2}x the plain kernel reader's CPU a packet\n",
                 c.chain, c.per_bucket_speedup, report.churn, c.rsspp_cost_ratio, c.vs_kernel_ratio
             );
+            if let Some(r) = c.vs_tcpdump_ratio {
+                t += &format!("{}: {r:.2}x tcpdump's CPU a packet\n", c.chain);
+            }
         }
         t += "ns/packet: CPU time of the receiving threads (workers, or the plain reader) over the\n\
               frames they took. kernel: one plain TPACKET_V3 socket read by one thread, counting frames.\n\
+              tcpdump: Debian's tcpdump on the same veth, headers to /dev/null (its own frame count).\n\
               static: per-bucket tables, --no-balance; shared: --table shared; rsspp: rebalancing and\n\
               --churn. kernel ns/packet: the sender thread's CPU per frame sent (transmit, the veth's\n\
               receive, AF_PACKET delivery, the fanout program).\n";
+        if report.tcpdump.is_none() {
+            t += "tcpdump is not installed: its baseline was left out (apt-get install tcpdump).\n";
+        }
         if let Some(path) = &args.cost_out {
             t += &format!("cost model written to {}\n", path.display());
         }
