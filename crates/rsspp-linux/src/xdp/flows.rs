@@ -284,9 +284,8 @@ impl Xdp {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Program, XdpOptions};
+    use super::super::testing;
     use super::*;
-    use crate::cpu::CpuList;
 
     /// An override moves as a bucket does: held on its old CPU, each frame
     /// stamped with the slot's handoff state, until the old CPU has
@@ -294,30 +293,10 @@ mod tests {
     /// the next frame switches it.
     #[test]
     fn an_override_switches_only_once_its_old_cpu_has_dequeued_its_last_frame() {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            eprintln!("skipping override handoff test: loading XDP programs needs root");
+        let test = "override handoff test";
+        let Some((x, a, b)) = testing::ordered_steering(test, 3) else {
             return;
-        }
-        let online = CpuList::online().unwrap();
-        if online.len() < 2 {
-            eprintln!("skipping override handoff test: a move needs two CPUs");
-            return;
-        }
-        let (a, b) = (online.cpus()[0], online.cpus()[1]);
-        let mut opts = XdpOptions::new("lo");
-        opts.reta_size = 1; // every frame in bucket 0
-        opts.override_slots = 3;
-        let x = Xdp::load(
-            &opts,
-            Program::Steer {
-                cpus: vec![a, b],
-                cpumap_queue: 16,
-                ordered_moves: true,
-            },
-        )
-        .unwrap();
-        x.write_entries(&[(0, a)]).unwrap();
+        };
         let flow = FlowInput::of(
             &FlowKey::new(
                 "10.0.0.1".parse().unwrap(),
@@ -334,15 +313,7 @@ mod tests {
         };
         x.write_override(&flow, 1, moving, true).unwrap();
         x.set_bucket_flags(&[(0, BUCKET_OVERRIDES)]).unwrap();
-        let frame = {
-            let mut f = vec![0u8; 42];
-            f[12..14].copy_from_slice(&[0x08, 0x00]);
-            f[14] = 0x45;
-            f[23] = 17;
-            f[26..34].copy_from_slice(&[10, 0, 0, 1, 10, 0, 0, 2]);
-            f[34..38].copy_from_slice(&[0, 1, 0, 2]);
-            f
-        };
+        let frame = testing::udp_frame();
         x.test_run(&frame, 3).unwrap();
         let index = x.override_handoff(1);
         assert_eq!(index, 2, "after the table's one bucket");
@@ -352,14 +323,7 @@ mod tests {
         // The bucket's own handoff state is untouched.
         assert_eq!(x.handoff_state(0).unwrap().sent, 0);
         // Dequeued the last stamp: the next frame switches the override.
-        let handoff = x.maps.handoff.as_ref().unwrap();
-        let mut v = Vec::new();
-        for w in [3u64, 3, 0] {
-            v.extend_from_slice(&w.to_ne_bytes());
-        }
-        handoff
-            .update(&(index as u32).to_ne_bytes(), &v, MapFlags::ANY)
-            .unwrap();
+        testing::write_handoff(&x, index, 3, 3);
         x.test_run(&frame, 1).unwrap();
         assert_eq!(
             x.override_of(&flow).unwrap(),

@@ -511,6 +511,7 @@ impl Xdp {
 
 #[cfg(test)]
 mod tests {
+    use super::super::testing::{udp_frame as frame, write_handoff};
     use super::super::{Program, XdpAction, XdpOptions};
     use super::*;
 
@@ -558,46 +559,16 @@ mod tests {
         assert_eq!(cpus.iter().sum::<u64>(), 5);
     }
 
-    /// Ethernet, IPv4 (10.0.0.1 -> 10.0.0.2, UDP), UDP 1 -> 2.
-    fn frame() -> Vec<u8> {
-        let mut frame = vec![0u8; 42];
-        frame[12..14].copy_from_slice(&[0x08, 0x00]);
-        frame[14] = 0x45;
-        frame[23] = 17;
-        frame[26..34].copy_from_slice(&[10, 0, 0, 1, 10, 0, 0, 2]);
-        frame[34..38].copy_from_slice(&[0, 1, 0, 2]);
-        frame
-    }
-
     /// The program's side of a handoff, step by step: a moved bucket stays
     /// on its old CPU, each frame sent there stamped, until the old CPU has
     /// dequeued the last stamped one (written here as the CPUMAP program
     /// would); the next frame switches it.
     #[test]
     fn a_bucket_switches_only_once_its_old_cpu_has_dequeued_its_last_frame() {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            eprintln!("skipping handoff test: loading XDP programs needs root (CI runs as root)");
+        let test = "bucket handoff test";
+        let Some((x, a, b)) = super::super::testing::ordered_steering(test, 0) else {
             return;
-        }
-        let online = CpuList::online().unwrap();
-        if online.len() < 2 {
-            eprintln!("skipping handoff test: a move needs two CPUs");
-            return;
-        }
-        let (a, b) = (online.cpus()[0], online.cpus()[1]);
-        let mut opts = XdpOptions::new("lo");
-        opts.reta_size = 1; // every frame in bucket 0
-        let x = Xdp::load(
-            &opts,
-            Program::Steer {
-                cpus: vec![a, b],
-                cpumap_queue: 16,
-                ordered_moves: true,
-            },
-        )
-        .unwrap();
-        x.write_entries(&[(0, a)]).unwrap();
+        };
         x.begin_handoffs(&[(0, a, b)], true).unwrap();
         assert_eq!(
             x.entries(&[0]).unwrap(),
@@ -618,26 +589,12 @@ mod tests {
         );
         assert_eq!(x.entries(&[0]).unwrap()[0].next, Some(b), "still held");
         // The old CPU dequeued stamp 2 of 3: still held.
-        let handoff = x.maps.handoff.as_ref().unwrap();
-        let state = |deq: u64| {
-            let mut v = Vec::new();
-            v.extend_from_slice(&3u64.to_ne_bytes());
-            v.extend_from_slice(&deq.to_ne_bytes());
-            v.extend_from_slice(&0u64.to_ne_bytes()); // dequeued long ago
-            v
-        };
-        handoff
-            .update(&0u32.to_ne_bytes(), &state(2), MapFlags::ANY)
-            .unwrap();
+        write_handoff(&x, 0, 3, 2);
         x.test_run(&frame(), 1).unwrap();
         assert_eq!(x.handoff_state(0).unwrap().sent, 4);
         assert_eq!(x.entries(&[0]).unwrap()[0].next, Some(b), "still held");
         // Now the last one it was sent: the next frame switches the bucket.
-        let mut v = state(4);
-        v[..8].copy_from_slice(&4u64.to_ne_bytes());
-        handoff
-            .update(&0u32.to_ne_bytes(), &v, MapFlags::ANY)
-            .unwrap();
+        write_handoff(&x, 0, 4, 4);
         x.test_run(&frame(), 1).unwrap();
         assert_eq!(x.entries(&[0]).unwrap(), vec![Entry { cpu: b, next: None }]);
         let other = x.other_counts().unwrap();

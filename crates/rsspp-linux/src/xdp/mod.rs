@@ -29,6 +29,8 @@ mod load;
 mod maps;
 mod options;
 mod test_run;
+#[cfg(test)]
+mod testing;
 
 use std::os::fd::{AsFd, OwnedFd};
 
