@@ -17,18 +17,17 @@
 #[allow(dead_code)]
 mod netns;
 
+#[path = "common/daemon_udp.rs"]
+mod daemon_udp;
+
 use std::collections::BTreeMap;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use netns::Netns;
+use daemon_udp::{receive, receiving_pair, send_paced, udp_receiver, Daemon, Received};
 
-const RSSPP: &str = env!("CARGO_BIN_EXE_rsspp");
-const DUT: &str = "veth1";
 const FLOWS: u32 = 256;
-const PORT: u16 = 9_000;
 /// Frames per second the sender aims at, and for how long.
 const PPS: u64 = 250_000;
 const SECONDS: u64 = 5;
@@ -38,146 +37,7 @@ const SECONDS: u64 = 5;
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn ready() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipping: the reordering test needs root (CI runs as root)");
-        return false;
-    }
-    if rsspp_linux::cpu::CpuList::online().unwrap().len() < 2 {
-        eprintln!("skipping: moving buckets between CPUs needs two CPUs, this machine has one");
-        return false;
-    }
-    true
-}
-
-fn mac_of(ns: &Netns, dev: &str) -> [u8; 6] {
-    let text = ns.exec(&["cat", &format!("/sys/class/net/{dev}/address")]);
-    let bytes: Vec<u8> = text
-        .trim()
-        .split(':')
-        .map(|h| u8::from_str_radix(h, 16).unwrap())
-        .collect();
-    bytes.try_into().unwrap()
-}
-
-fn ip_checksum(header: &[u8]) -> u16 {
-    let mut sum: u32 = header
-        .chunks(2)
-        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
-}
-
-/// Ethernet, IPv4 10.0.1.(flow / 256).(flow % 256) -> 10.0.0.2, UDP
-/// (20000 + flow) -> PORT, payload: flow and sequence number.
-fn frame(dst: [u8; 6], src: [u8; 6], flow: u32, seq: u32) -> [u8; 60] {
-    let mut f = [0u8; 60];
-    f[0..6].copy_from_slice(&dst);
-    f[6..12].copy_from_slice(&src);
-    f[12..14].copy_from_slice(&[0x08, 0x00]);
-    let ip = &mut f[14..34];
-    ip[0] = 0x45;
-    ip[2..4].copy_from_slice(&(20u16 + 8 + 8).to_be_bytes());
-    ip[8] = 64;
-    ip[9] = 17;
-    ip[12..16].copy_from_slice(&[10, 1, (flow >> 8) as u8, flow as u8]);
-    ip[16..20].copy_from_slice(&[10, 0, 0, 2]);
-    let sum = ip_checksum(ip);
-    ip[10..12].copy_from_slice(&sum.to_be_bytes());
-    let udp = &mut f[34..42];
-    udp[0..2].copy_from_slice(&(20_000 + flow as u16).to_be_bytes());
-    udp[2..4].copy_from_slice(&PORT.to_be_bytes());
-    udp[4..6].copy_from_slice(&16u16.to_be_bytes());
-    f[42..46].copy_from_slice(&flow.to_be_bytes());
-    f[46..50].copy_from_slice(&seq.to_be_bytes());
-    f
-}
-
-/// Sends the flows' frames round-robin out of veth0, paced to [`PPS`],
-/// for [`SECONDS`]; returns how many were sent.
-fn send(dst: [u8; 6], src: [u8; 6]) -> u64 {
-    // SAFETY: plain socket creation; protocol 0 receives nothing.
-    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0) };
-    assert!(fd >= 0, "AF_PACKET: {}", std::io::Error::last_os_error());
-    // SAFETY: fd was just created and is ours.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let name = std::ffi::CString::new("veth0").unwrap();
-    // SAFETY: a valid NUL-terminated name.
-    let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
-    assert_ne!(ifindex, 0);
-    // SAFETY: zeroed is a valid sockaddr_ll.
-    let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-    addr.sll_family = libc::AF_PACKET as u16;
-    addr.sll_ifindex = ifindex as i32;
-    addr.sll_halen = 6;
-    addr.sll_addr[..6].copy_from_slice(&dst);
-    let start = Instant::now();
-    let total = PPS * SECONDS;
-    let mut seqs = vec![0u32; FLOWS as usize];
-    let mut sent = 0u64;
-    while sent < total {
-        // Pace: never ahead of the schedule.
-        let due = Duration::from_nanos(sent * 1_000_000_000 / PPS);
-        if let Some(wait) = due.checked_sub(start.elapsed()) {
-            std::thread::sleep(wait);
-        }
-        for _ in 0..32 {
-            let flow = (sent % u64::from(FLOWS)) as u32;
-            let f = frame(dst, src, flow, seqs[flow as usize]);
-            seqs[flow as usize] += 1;
-            // SAFETY: the frame and the address outlive the call.
-            let n = unsafe {
-                libc::sendto(
-                    fd.as_raw_fd(),
-                    f.as_ptr().cast(),
-                    f.len(),
-                    0,
-                    (&addr as *const libc::sockaddr_ll).cast(),
-                    std::mem::size_of::<libc::sockaddr_ll>() as u32,
-                )
-            };
-            assert_eq!(n, 60, "sendto: {}", std::io::Error::last_os_error());
-            sent += 1;
-        }
-    }
-    sent
-}
-
-/// What the receiver saw.
-#[derive(Debug, Default)]
-struct Received {
-    packets: u64,
-    /// Packets that arrived after a later one of their flow.
-    reordered: u64,
-}
-
-/// Receives on `socket` until `stop`, checking each flow's order.
-fn receive(socket: &std::net::UdpSocket, stop: &AtomicBool) -> Received {
-    socket
-        .set_read_timeout(Some(Duration::from_millis(100)))
-        .unwrap();
-    let mut highest: Vec<Option<u32>> = vec![None; FLOWS as usize];
-    let mut r = Received::default();
-    let mut buf = [0u8; 64];
-    while !stop.load(Ordering::Relaxed) {
-        let Ok(n) = socket.recv(&mut buf) else {
-            continue;
-        };
-        if n < 8 {
-            continue;
-        }
-        let flow = u32::from_be_bytes(buf[0..4].try_into().unwrap()) as usize;
-        let seq = u32::from_be_bytes(buf[4..8].try_into().unwrap());
-        r.packets += 1;
-        match highest[flow] {
-            Some(h) if seq < h => r.reordered += 1,
-            _ => highest[flow] = Some(seq),
-        }
-    }
-    r
+    daemon_udp::ready("moving buckets under load")
 }
 
 /// The first sample whose name starts with `prefix` and contains `part`.
@@ -207,48 +67,15 @@ impl Outcome {
 /// One run: the daemon with `args` while the sender sends; `during` runs
 /// in the meantime (and its result is returned).
 fn run<T: Send>(args: &[&str], port: u16, during: impl FnOnce() -> T + Send) -> (Outcome, T) {
-    let ns = Netns::with_veth("order");
-    ns.ip(&["link", "set", "lo", "up"]);
-    ns.ip(&["addr", "add", "10.0.0.2/24", "dev", DUT]);
-    for key in ["all", "default", DUT] {
-        ns.exec(&["sysctl", "-qw", &format!("net.ipv4.conf.{key}.rp_filter=0")]);
-    }
-    let (dst, src) = (mac_of(&ns, DUT), mac_of(&ns, "veth0"));
-    let log = std::env::temp_dir().join(format!("rsspp-load-{port}-{}.log", std::process::id()));
-    let mut daemon: Child = Command::new("ip")
-        .args([
-            "netns", "exec", &ns.name, RSSPP, "-v", "run", "--iface", DUT,
-        ])
-        .args(["--cpus", "0,1"])
-        .args(args)
-        .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
-        .args(["--duration", &(SECONDS + 10).to_string()])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while ns.scrape_metrics(port).is_none() || ns.xdp_of(DUT).is_none() {
-        assert!(Instant::now() < deadline, "the daemon never started");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let (ns, dst, src) = receiving_pair("order");
+    let daemon = Daemon::start(&ns, &format!("load-{port}"), args, port, SECONDS + 10);
     let stop = AtomicBool::new(false);
     let (sent, received, extra) = ns.run(|| {
-        let socket = std::net::UdpSocket::bind(("0.0.0.0", PORT)).unwrap();
-        let big: libc::c_int = 64 << 20;
-        // SAFETY: a valid socket and option value.
-        unsafe {
-            libc::setsockopt(
-                socket.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVBUFFORCE,
-                (&big as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as u32,
-            )
-        };
+        let socket = udp_receiver();
         std::thread::scope(|s| {
             let receiver = s.spawn(|| receive(&socket, &stop));
-            let sender = s.spawn(|| send(dst, src));
+            let sender =
+                s.spawn(|| send_paced(dst, src, PPS, SECONDS, |n| (n % u64::from(FLOWS)) as u32));
             let extra = during();
             let sent = sender.join().unwrap();
             std::thread::sleep(Duration::from_millis(500));
@@ -259,10 +86,7 @@ fn run<T: Send>(args: &[&str], port: u16, during: impl FnOnce() -> T + Send) -> 
     // The last counters are published with the next round.
     std::thread::sleep(Duration::from_millis(1200));
     let m = ns.scrape_metrics(port).expect("metrics after the run");
-    // SAFETY: kill on our own child's pid.
-    unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
-    let _ = daemon.wait();
-    let log = std::fs::read_to_string(&log).unwrap_or_default();
+    let log = daemon.stop();
     (
         Outcome {
             sent,
