@@ -58,9 +58,12 @@ pub enum RuntimeError {
         #[source]
         source: libbpf_rs::Error,
     },
-    /// A worker did not answer the controller.
-    #[error("worker {0} stopped answering")]
+    /// A worker thread is gone (its channel closed).
+    #[error("worker {0} is gone")]
     WorkerGone(usize),
+    /// A worker did not answer a move for `ANSWER_TIMEOUT` (hung).
+    #[error("worker {0} stopped answering (no answer to a move in 30 s)")]
+    WorkerHung(usize),
     /// A worker thread panicked.
     #[error("worker {0} panicked")]
     WorkerPanicked(usize),

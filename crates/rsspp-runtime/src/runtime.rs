@@ -518,8 +518,12 @@ struct Controller<'a, S> {
     exporter: Option<Exporter>,
 }
 
-/// How long the controller waits for a worker to answer an `Expect`.
-const ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long the controller waits for a worker to answer an `Expect` before
+/// it says so (and waits on: on an overloaded machine a worker may not run
+/// for seconds).
+const ANSWER_SLOW: Duration = Duration::from_secs(2);
+/// How long it waits in all before it takes the worker for hung and stops.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl<S> Controller<'_, S> {
     fn now(&self) -> Duration {
@@ -610,9 +614,10 @@ impl<S> Controller<'_, S> {
             self.send(m.to, ToWorker::Expect { bucket: m.bucket })?;
         }
         let mut answers = 0;
-        let deadline = Instant::now() + ANSWER_TIMEOUT;
+        let asked = Instant::now();
+        let mut said = asked;
         while answers < plan.moves.len() {
-            let left = deadline.saturating_duration_since(Instant::now());
+            let left = (said + ANSWER_SLOW).saturating_duration_since(Instant::now());
             match self.inbox.recv_timeout(left) {
                 Ok(msg) => {
                     if self.handle(msg)?.is_some() {
@@ -621,7 +626,17 @@ impl<S> Controller<'_, S> {
                 }
                 Err(_) => {
                     let m = &plan.moves[answers.min(plan.moves.len() - 1)];
-                    return Err(RuntimeError::WorkerGone(m.to));
+                    if asked.elapsed() >= ANSWER_TIMEOUT {
+                        return Err(RuntimeError::WorkerHung(m.to));
+                    }
+                    said = Instant::now();
+                    tracing::warn!(
+                        "worker {} has not answered a move for {:.0} s (is this machine \
+                         overloaded?); waiting up to {} s",
+                        m.to,
+                        asked.elapsed().as_secs_f64(),
+                        ANSWER_TIMEOUT.as_secs()
+                    );
                 }
             }
         }

@@ -347,14 +347,22 @@ fn run_nf(args: &BenchNfArgs) -> Result<(), CliError> {
     let text = if args.json {
         serde_json::to_string_pretty(&report).expect("serialises") + "\n"
     } else {
+        // The chain column: as wide as the longest chain.
+        let w = report
+            .chains
+            .iter()
+            .map(|c| c.chain.len())
+            .max()
+            .unwrap_or(0)
+            .max(9);
         let mut t = format!(
             "rsspp nf on veth, workers on CPUs {} and the sender on CPU {}: {} frames of {} UDP flows a run, {} rounds (medians)\n\
-             chain     variant  ns/packet  packets/s per core  kernel ns/packet  received/s  received\n",
-            args.cpus, report.sender_cpu, report.frames, report.flows, report.rounds
+             {:<w$} variant  ns/packet  packets/s per core  kernel ns/packet  received/s  received\n",
+            args.cpus, report.sender_cpu, report.frames, report.flows, report.rounds, "chain"
         );
         let mut row = |chain: &str, v: &rsspp_runtime::bench::VariantReport| {
             t += &format!(
-                "{:<9} {:<8} {:>9.1} {:>19.0} {:>17.1} {:>11.0} {:>8.1}%\n",
+                "{:<w$} {:<8} {:>9.1} {:>19.0} {:>17.1} {:>11.0} {:>8.1}%\n",
                 chain,
                 v.variant,
                 v.ns_per_packet,
