@@ -100,6 +100,20 @@ fn same_seed_same_results() {
     assert_eq!(results(&config), results(&config));
 }
 
+/// Auto-scaling RSS++ starts on the fewest cores it keeps (2), as
+/// metron-autoscale starts on one, and adds cores only when the load asks:
+/// at a quarter of one core's work it never uses more than two. Started on
+/// every core, it spent its first rounds releasing them, one a round, and
+/// Figure 11's average counted them.
+#[test]
+fn autoscaling_starts_on_the_fewest_cores() {
+    let config = at_load(campus4(8, 1.0, &["rsspp-autoscale"]), 0.03);
+    let r = results(&config);
+    let cores = &r[0].timeline.active_cores;
+    assert!(cores.iter().all(|&c| c <= 2), "cores over time {cores:?}");
+    assert_eq!(summary(&r, "rsspp-autoscale").drops, 0);
+}
+
 /// Figure 11: on a ramp up and down of the offered load, auto-scaling
 /// RSS++ follows the load with far fewer cores on average than static RSS
 /// and fewer than Metron's scaling, at the same throughput.

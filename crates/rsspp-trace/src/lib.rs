@@ -24,5 +24,5 @@ pub use error::TraceError;
 pub use generate::{GenConfig, GenPacket, Generator, Preset};
 pub use read::{RawFrame, ReadCounts, TraceReader};
 pub use record::{FrameKind, PacketRecord};
-pub use stats::{analyse, StatsConfig, TraceReport, TraceStats};
+pub use stats::{analyse, QueueLocality, StatsConfig, TraceReport, TraceStats};
 pub use write::{PcapWriter, TimePrecision};

@@ -127,3 +127,27 @@ fn non_ip_frames_count_as_packets_but_not_flows() {
     // The ARP frame breaks the run: two runs of one.
     assert_eq!(r.spatial_locality_factor, 1.0);
 }
+
+#[test]
+fn queue_locality_counts_runs_at_each_queue() {
+    use rsspp_core::toeplitz::{bucket_of, Toeplitz};
+    use rsspp_trace::QueueLocality;
+    // Two flows alternating, ABAB…: one queue sees runs of one; with enough
+    // queues for their buckets to land apart, each queue sees one run.
+    let t = Toeplitz::default();
+    let bucket = |f: u8| bucket_of(t.hash_flow(&packet(f, 0, 60).flow.unwrap()), 512);
+    let other = (2..=255).find(|&f| bucket(f) != bucket(1)).unwrap();
+    let abab: Vec<_> = (0..20)
+        .map(|i| packet(if i % 2 == 0 { 1 } else { other }, i, 100))
+        .collect();
+    let slf = |queues: usize| {
+        let mut q = QueueLocality::new(queues);
+        for p in &abab {
+            q.observe(p);
+        }
+        q.spatial_locality_factor().unwrap()
+    };
+    assert_eq!(slf(1), 1.0);
+    assert_eq!(slf(512), 10.0);
+    assert!(QueueLocality::new(4).spatial_locality_factor().is_none());
+}

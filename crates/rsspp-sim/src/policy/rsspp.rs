@@ -130,17 +130,25 @@ pub struct RssPlusPlus {
 
 impl RssPlusPlus {
     /// RSS++ over `config.cores` cores, starting from the `equal` table
-    /// over all of them (with autoscale, cores are then released as the
-    /// load allows, one per round).
+    /// over all of them; with autoscale, over the fewest cores scaling
+    /// keeps (`BalanceConfig::min_cores`), cores then added one per round
+    /// as the load requires, as `metron-autoscale` starts on one core
+    /// (a run that started on every core would spend its first rounds
+    /// releasing them, one per round: Figure 11's average counted them).
     pub fn new(config: &PolicyConfig) -> Result<Self, SimError> {
         let cores = config.cores;
-        let table = IndirectionTable::equal(config.reta_size, cores)?;
         let mut control_config = ControlConfig {
             interval: Duration::from_nanos(config.interval_ns),
             ..ControlConfig::default()
         };
         control_config.balance.autoscale = config.autoscale;
         control_config.balance.target_load = config.target_load;
+        let first_cores = if config.autoscale {
+            control_config.balance.min_cores.clamp(1, cores.max(1))
+        } else {
+            cores
+        };
+        let table = IndirectionTable::equal(config.reta_size, first_cores)?;
         let tables = TableConfig {
             idle_timeout_ns: Some(5_000_000_000),
             ..TableConfig::default()

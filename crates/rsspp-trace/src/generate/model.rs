@@ -3,6 +3,13 @@
 //! distribution, plus a fixed set of long-lived heavy flows that carry the
 //! rest of the packet rate. Each flow keeps its own random stream and
 //! schedule, so a window of traffic is produced from the live flows only.
+//!
+//! A flow sends its packets in trains ([`Trains`]): a few packets whose
+//! gaps spread over decades, from frames back to back on a fast link to the
+//! spacing of a slow bottleneck or a pacer, then a longer pause that gives
+//! the flow its rate. How many packets of one flow a receiver sees back to
+//! back (Reframer's spatial locality factor) follows from these gaps and
+//! from the rate of the traffic the flow is mixed with.
 
 use rsspp_core::rand::SplitMix64;
 
@@ -29,11 +36,44 @@ pub(crate) enum FrameModel {
 /// Timing of the heavy flows.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum HeavyTiming {
-    /// TCP-like: bursts (mean `burst` packets, a few µs apart), bursts spaced
-    /// to give the flow's rate, the rate redrawn each second within ±`wobble`.
-    Bursty { burst: f64, wobble: f64 },
+    /// TCP-like: trains (the model's [`Trains`]) spaced to give the flow's
+    /// rate, the rate redrawn each second within ±`wobble`.
+    Trains { wobble: f64 },
     /// Constant spacing (UDP test traffic).
     Constant,
+}
+
+/// How a flow's packets group into trains.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Trains {
+    /// Mean packets in a train (geometric) of a heavy flow; a body flow of
+    /// n packets has trains of n / 8, between 1 and this.
+    pub packets: f64,
+    /// Gap between two packets of a train, ns: log-uniform between these
+    /// two, the upper bound lowered to the flow's mean spacing.
+    pub gap_ns: (f64, f64),
+}
+
+impl Trains {
+    /// The gap range of a flow whose packets are `spacing_ns` apart on
+    /// average (a train cannot be slower than its flow).
+    fn gaps_for(&self, spacing_ns: f64) -> (f64, f64) {
+        let (lo, hi) = self.gap_ns;
+        (lo, hi.min(spacing_ns).max(lo))
+    }
+}
+
+/// Mean of the log-uniform distribution on `[lo, hi]`.
+fn log_uniform_mean((lo, hi): (f64, f64)) -> f64 {
+    if hi <= lo {
+        lo
+    } else {
+        (hi - lo) / (hi / lo).ln()
+    }
+}
+
+fn log_uniform(rng: &mut SplitMix64, (lo, hi): (f64, f64)) -> f64 {
+    (lo.ln() + rng.next_f64() * (hi / lo).ln()).exp()
 }
 
 /// Everything that defines one traffic source.
@@ -61,6 +101,8 @@ pub(crate) struct Model {
     pub heavy_top_pps: Option<f64>,
     pub heavy_protocol_udp_every: Option<usize>,
     pub heavy_timing: HeavyTiming,
+    /// Trains of the heavy (when `HeavyTiming::Trains`) and body flows.
+    pub trains: Trains,
     pub frames: FrameModel,
     /// Share of frames from the small part of the frame CDF.
     pub small_frame_share: f64,
@@ -89,7 +131,8 @@ struct Flow {
     sent: u64,
     burst_left: u32,
     burst_mean: f64,
-    intra_gap_ns: f64,
+    /// Range of the gaps within a train (log-uniform), ns.
+    intra_gap_ns: (f64, f64),
     inter_gap_ns: f64,
     /// Heavy flows: rate multiplier and the second it applies to.
     wobble: f64,
@@ -263,22 +306,24 @@ impl Engine {
             let small = i % 4 == 1 && matches!(self.model.frames, FrameModel::Empirical { .. });
             let ends = self.endpoints(&mut rng, !udp, !small);
             let (burst_mean, intra, inter) = match timing {
-                HeavyTiming::Bursty { burst, .. } => {
-                    let intra = 2_000.0;
+                HeavyTiming::Trains { .. } => {
+                    let train = self.model.trains.packets;
+                    let intra = self.model.trains.gaps_for(NS / rate);
+                    let mean = log_uniform_mean(intra);
                     (
-                        burst,
+                        train,
                         intra,
-                        (burst / rate * NS - (burst - 1.0) * intra).max(intra),
+                        (train / rate * NS - (train - 1.0) * mean).max(mean),
                     )
                 }
-                HeavyTiming::Constant => (1.0, 0.0, NS / rate),
+                HeavyTiming::Constant => (1.0, (0.0, 0.0), NS / rate),
             };
             // Start at a random phase of the flow's period: it was already
             // running when the trace starts (no SYN).
             let phase = match timing {
                 // Constant-rate flows are evenly staggered.
                 HeavyTiming::Constant => inter * i as f64 / self.heavy_rates.len() as f64,
-                HeavyTiming::Bursty { .. } => rng.next_f64() * inter,
+                HeavyTiming::Trains { .. } => rng.next_f64() * inter,
             };
             self.live.push(Flow {
                 ends,
@@ -342,13 +387,13 @@ impl Engine {
             let median = m.duration_median_s * (size as f64).sqrt();
             let duration =
                 (median * (m.duration_sigma * normal(&mut rng)).exp()).min(m.duration_max_s);
-            let burst_mean = (size as f64 / 8.0).clamp(1.0, 12.0);
+            let burst_mean = (size as f64 / 8.0).clamp(1.0, m.trains.packets.max(1.0));
             let bursts = (size as f64 / burst_mean).max(1.0);
-            let intra = 3_000.0 + 20_000.0 * rng.next_f64();
-            let inter = (duration * NS / bursts).max(intra);
+            let intra = m.trains.gaps_for(duration * NS / size as f64);
+            let inter = (duration * NS / bursts).max(log_uniform_mean(intra));
             (burst_mean, intra, inter, duration * NS)
         } else {
-            (1.0, 0.0, 0.0, 0.0)
+            (1.0, (0.0, 0.0), 0.0, 0.0)
         };
         // A flow that ended long before the trace starts is not kept.
         if t_ns + 3.0 * duration_ns < 0.0 {
@@ -446,12 +491,12 @@ impl Engine {
             // Schedule the next packet.
             let gap = if flow.burst_left > 0 {
                 flow.burst_left -= 1;
-                flow.intra_gap_ns * (0.5 + flow.rng.next_f64())
+                log_uniform(&mut flow.rng, flow.intra_gap_ns)
             } else {
                 flow.burst_left = geometric(&mut flow.rng, flow.burst_mean) - 1;
                 match flow.heavy_timing {
                     Some(HeavyTiming::Constant) => flow.inter_gap_ns,
-                    Some(HeavyTiming::Bursty { wobble, .. }) => {
+                    Some(HeavyTiming::Trains { wobble }) => {
                         let second = (flow.next_ns / NS).floor() as i64;
                         if second != flow.wobble_second {
                             flow.wobble_second = second;
