@@ -531,7 +531,7 @@ fn state(e: &Experiment) -> PaperFigure {
         "cycles per packet against cores, per-bucket and shared flow tables",
         Axis {
             title: "processing cores",
-            scale: AxisScale::Log,
+            scale: AxisScale::Linear,
         },
         Axis {
             title: "cycles per packet",
