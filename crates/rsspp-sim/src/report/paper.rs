@@ -813,7 +813,7 @@ fn affinity_accept(e: &Experiment) -> PaperFigure {
     );
     let paper = "with half the cores slowed by other work, connections time out without load \
                  balancing (median and 90th-percentile latency 10 s); Affinity-Accept's stealing \
-                 and flow-group moves bring them to 230 ms and 480 ms (section 6)."
+                 and flow-group moves bring them to 230 ms and 480 ms (section 6.5)."
         .to_string();
     let this_run = format!(
         "p99 {} us against {} us for RSS ({} lower), p95 {} against {} us; drops {} against {}",
