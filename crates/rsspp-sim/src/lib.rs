@@ -14,7 +14,9 @@
 //! - [`metrics`]: latency histogram, reordering.
 //! - [`mechanisms`]: the typed counters of the policies' mechanisms.
 //! - [`result`]: what a run produces.
-//! - [`report`]: the comparison as a self-contained HTML page.
+//! - [`paper`]: the papers' experiments, each the runs its figures need.
+//! - [`report`]: the comparison as a self-contained HTML page, and the
+//!   papers' figures.
 
 #![warn(missing_docs)]
 
@@ -26,6 +28,7 @@ mod error;
 pub mod mechanisms;
 pub mod metrics;
 pub mod packet;
+pub mod paper;
 pub mod policy;
 pub mod reframer;
 pub mod report;

@@ -42,6 +42,10 @@ enum Command {
     /// Compare load-balancing methods (RSS, RSS++, Sprayer, software
     /// dispatching, Metron, Affinity-Accept, oRSS) in the simulator.
     Compare(cmd::compare::CompareArgs),
+    /// Reproduce the papers' figures in the simulator (RSS++ Figures 10-12,
+    /// 15, 16; Reframer's, Affinity-Accept's, oRSS's): SVG, CSV and caption
+    /// each, and an index.
+    Figures(cmd::figures::FiguresArgs),
     /// The RSS++ daemon: count per bucket with XDP, rebalance ten times a
     /// second, steer through a CPUMAP (software) or the NIC's table
     /// (hardware); metrics at /metrics.
@@ -152,6 +156,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => cmd::bench::run(args),
         Command::Trace(args) => cmd::trace::run(args),
         Command::Compare(args) => cmd::compare::run_compare(args),
+        Command::Figures(args) => cmd::figures::run(args),
         Command::Top(args) => cmd::top::run(args),
         Command::Run(args) => cmd::run::run(args),
         Command::Nf(args) => cmd::nf::run(args),

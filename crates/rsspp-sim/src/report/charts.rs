@@ -976,3 +976,142 @@ pub fn swatch(i: usize) -> String {
         esc(policy_color(i))
     )
 }
+
+/// How an axis of [`lines`] maps its values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AxisScale {
+    /// Linear, from 0 unless the values sit far from it.
+    Linear,
+    /// Base-10 logarithmic (values at or below 0 are left out).
+    Log,
+}
+
+/// An axis of [`lines`]: its title and scale.
+#[derive(Debug, Clone, Copy)]
+pub struct Axis<'a> {
+    /// The axis title (with its unit).
+    pub title: &'a str,
+    /// How it maps values.
+    pub scale: AxisScale,
+}
+
+/// One line of [`lines`]: a name for the legend and `(x, y)` points in the
+/// order they are joined.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Series {
+    /// The legend's name.
+    pub name: String,
+    /// The points.
+    pub points: Vec<(f64, f64)>,
+}
+
+/// A scale of [`lines`] over `values` onto `r0..r1`, with its ticks.
+fn line_axis(
+    values: &[f64],
+    scale: AxisScale,
+    r0: f64,
+    r1: f64,
+    pad: bool,
+) -> (ValueAxis, Vec<(f64, String, bool)>) {
+    match scale {
+        AxisScale::Log => {
+            let pos = || values.iter().copied().filter(|v| v.is_finite() && *v > 0.0);
+            let lo = pos().fold(f64::INFINITY, f64::min);
+            let hi = pos().fold(0.0, f64::max);
+            let (lo, hi) = if lo.is_finite() {
+                (lo, hi)
+            } else {
+                (1.0, 10.0)
+            };
+            let s = Log10::new(lo, hi, r0, r1);
+            let ticks = log_ticks(&s, tick_label);
+            (ValueAxis::Log(s), ticks)
+        }
+        AxisScale::Linear => {
+            let lo = finite(values.iter().copied()).fold(f64::INFINITY, f64::min);
+            let hi = finite(values.iter().copied()).fold(f64::NEG_INFINITY, f64::max);
+            let (lo, hi) = if !lo.is_finite() {
+                (0.0, 1.0)
+            } else if lo >= 0.0 && lo <= 0.5 * hi {
+                // Near enough to 0 to start there.
+                (0.0, nice_max(hi))
+            } else if hi > lo {
+                let margin = (hi - lo) * 0.1;
+                (lo - margin, hi + margin)
+            } else {
+                (lo - 1.0, hi + 1.0)
+            };
+            let (lo, hi) = if pad {
+                let p = (hi - lo) * 0.04;
+                (lo - p, hi + p)
+            } else {
+                (lo, hi)
+            };
+            let s = Linear::new(lo, hi, r0, r1);
+            let ticks = linear_ticks(&s, &nice_ticks(lo, hi, 8), tick_label);
+            (ValueAxis::Lin(s), ticks)
+        }
+    }
+}
+
+/// Lines with point markers, one per series (a tooltip gives each point's
+/// numbers): a quantity against a parameter the runs varied.
+pub fn lines(label: &str, x: Axis<'_>, y: Axis<'_>, series: &[Series]) -> String {
+    let area = Area {
+        left: 80.0,
+        top: 14.0,
+        right: WIDTH - LEGEND_W - 20.0,
+        bottom: 300.0,
+    };
+    let mut svg = Svg::new(WIDTH, area.bottom + 50.0, label);
+    let xs: Vec<f64> = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.0))
+        .collect();
+    let ys: Vec<f64> = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.1))
+        .collect();
+    let (xa, xt) = line_axis(&xs, x.scale, area.left, area.right, true);
+    let (ya, yt) = line_axis(&ys, y.scale, area.bottom, area.top, false);
+    let log = |a: &Axis<'_>| match a.scale {
+        AxisScale::Log => ", log scale",
+        AxisScale::Linear => "",
+    };
+    x_axis(&mut svg, area, &xt, &format!("{}{}", x.title, log(&x)));
+    y_axis(&mut svg, area, &yt, &format!("{}{}", y.title, log(&y)));
+    let shown = |a: &Axis<'_>, v: f64| v.is_finite() && (a.scale == AxisScale::Linear || v > 0.0);
+    let mut entries = Vec::new();
+    for (i, s) in series.iter().enumerate() {
+        let pts: Vec<(f64, f64)> = s
+            .points
+            .iter()
+            .filter(|(px, py)| shown(&x, *px) && shown(&y, *py))
+            .map(|&(px, py)| (px, py))
+            .collect();
+        let xy: Vec<(f64, f64)> = pts
+            .iter()
+            .map(|&(px, py)| (xa.map(px), ya.map(py)))
+            .collect();
+        svg.open_group("class=\"series\"");
+        svg.title(&s.name);
+        svg.polyline(&xy, policy_color(i), 2.2, policy_dash(i));
+        svg.close_group();
+        for ((px, py), (vx, vy)) in xy.iter().zip(&pts) {
+            svg.circle(
+                *px,
+                *py,
+                3.6,
+                policy_color(i),
+                " stroke=\"#fff\" stroke-width=\"1\"",
+                &format!("{}: {} → {}", s.name, num(*vx), num(*vy)),
+            );
+        }
+        entries.push((s.name.clone(), i));
+    }
+    if series.iter().all(|s| s.points.is_empty()) {
+        no_data(&mut svg, area, "no run");
+    }
+    legend(&mut svg, area.right + 24.0, area.top + 10.0, &entries);
+    svg.finish()
+}

@@ -33,7 +33,7 @@ const PAPER: &str = "RSS++ (Barbette et al., \"RSS++: load and state-aware recei
 
 /// A chart of the report as a standalone SVG document: the report's style
 /// goes inside it.
-fn standalone(chart: &str) -> String {
+pub(super) fn standalone(chart: &str) -> String {
     let end = chart.find('>').map_or(0, |i| i + 1);
     let mut out = String::with_capacity(chart.len() + super::CSS.len() + 128);
     out.push_str("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
@@ -48,8 +48,41 @@ fn standalone(chart: &str) -> String {
     out
 }
 
+/// Charts stacked top to bottom as one standalone SVG document (a figure
+/// with several panels): each chart's drawing moved down by the heights
+/// of those above it.
+pub(super) fn stacked(charts: &[String]) -> String {
+    // The chart's opening tag, its drawing, and its height.
+    let parts = |chart: &str| -> (String, f64) {
+        let open = chart.find('>').map_or(0, |i| i + 1);
+        let close = chart.rfind("</svg>").unwrap_or(chart.len()).max(open);
+        let height = chart[..open]
+            .split(" height=\"")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .and_then(|h| h.parse().ok())
+            .unwrap_or(0.0);
+        (chart[open..close].to_string(), height)
+    };
+    let total: f64 = charts.iter().map(|c| parts(c).1).sum();
+    let mut outer = String::new();
+    let _ = write!(
+        outer,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {total}" width="{w}" height="{total}" role="img">"#,
+        w = charts::WIDTH
+    );
+    let mut y = 0.0;
+    for c in charts {
+        let (drawing, height) = parts(c);
+        let _ = write!(outer, "<g transform=\"translate(0 {y})\">{drawing}</g>");
+        y += height;
+    }
+    outer.push_str("</svg>");
+    standalone(&outer)
+}
+
 /// A CSV field: names are quoted when they hold a comma or a quote.
-fn field(s: &str) -> String {
+pub(super) fn field(s: &str) -> String {
     if s.contains([',', '"', '\n']) {
         format!("\"{}\"", s.replace('"', "\"\""))
     } else {
@@ -58,7 +91,7 @@ fn field(s: &str) -> String {
 }
 
 /// A number for the CSV: empty when not finite (no sample).
-fn value(x: f64) -> String {
+pub(super) fn value(x: f64) -> String {
     if x.is_finite() {
         format!("{x}")
     } else {
@@ -67,7 +100,7 @@ fn value(x: f64) -> String {
 }
 
 /// A percentage for a caption.
-fn percent(x: f64) -> String {
+pub(super) fn percent(x: f64) -> String {
     if x == f64::INFINITY {
         "inf".into()
     } else if x.is_finite() {

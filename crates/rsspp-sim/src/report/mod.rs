@@ -4,6 +4,7 @@
 
 mod charts;
 mod figures;
+mod paper;
 mod svg;
 #[cfg(test)]
 mod tests;
@@ -13,6 +14,7 @@ use std::fmt::Write;
 
 use crate::result::{Comparison, PolicyResult};
 pub use figures::{figures, Figure};
+pub use paper::{index, paper_figure, PaperFigure};
 use svg::{esc, int, num, pct};
 
 /// The report of `comparison` as a complete HTML document.

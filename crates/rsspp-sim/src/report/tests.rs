@@ -569,3 +569,77 @@ fn scaling_is_a_figure_only_when_cores_changed() {
     assert!(figs[1].csv.ends_with("rss,0,\n"));
     assert!(figs[1].caption.contains("rss: n/a"));
 }
+
+/// An experiment whose every run gives `make(run index, policy name)`.
+fn experiment(
+    id: crate::paper::ExperimentId,
+    make: impl Fn(usize, &str) -> PolicyResult,
+) -> crate::paper::Experiment {
+    use crate::paper::{runs, Run, Scale};
+    let runs = runs(id, Scale::Quick)
+        .into_iter()
+        .enumerate()
+        .map(|(i, spec)| {
+            let policies = spec.policies.iter().map(|n| make(i, n)).collect();
+            Run {
+                comparison: comparison(policies, false),
+                spec,
+                speed: 1.0,
+            }
+        })
+        .collect();
+    crate::paper::Experiment {
+        id,
+        runs,
+        wall_s: 1.5,
+    }
+}
+
+#[test]
+fn a_paper_figure_draws_its_runs_and_names_their_commands() {
+    use crate::paper::{ExperimentId, FigureId, FLOW_COUNTS};
+    // Sprayer reorders 40% of the packets of run 0, 10% of the next, …
+    let e = experiment(ExperimentId::FlowAwareness, |i, name| {
+        let mut p = policy(name, 4, 10, false);
+        p.summary.reordered = if name == "sprayer" {
+            40_000 >> (2 * i)
+        } else {
+            0
+        };
+        p.summary.processed = 100_000;
+        p
+    });
+    let f = paper_figure(FigureId::Rsspp15, &e);
+    assert_eq!(f.figure.stem, "rsspp-fig15");
+    let body = f
+        .figure
+        .svg
+        .strip_prefix("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n")
+        .expect("an XML declaration");
+    let seen = check_markup(body);
+    // Two panels in one document.
+    assert_eq!(seen.iter().filter(|s| *s == "svg").count(), 1);
+    assert!(seen.iter().filter(|s| *s == "g").count() >= 2);
+    assert!(body.contains("translate(0 350)"), "the second panel below");
+    assert_eq!(
+        check_csv(
+            &f.figure.csv,
+            "policy,flows,packets,processed,reordered,reordered_pct,cycles_per_packet"
+        ),
+        3 * FLOW_COUNTS.len()
+    );
+    assert!(f.figure.csv.contains("\nsprayer,4,100000,100000,40000,40,"));
+    assert!(
+        f.this_run.contains("40% of the packets with 4 flows"),
+        "{}",
+        f.this_run
+    );
+    assert!(f.figure.caption.contains("about 30%"), "the paper's number");
+    for r in &e.runs {
+        assert!(f.figure.caption.contains(&r.spec.command()));
+    }
+    let index = index(&[f], &[e], crate::paper::Scale::Quick);
+    assert!(index.contains("`rsspp figures --quick`"));
+    assert!(index.contains("[csv](rsspp-fig15.csv)"));
+    assert!(index.contains("| RSS++ Fig. 15 (flow-awareness) |"));
+}

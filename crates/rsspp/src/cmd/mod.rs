@@ -5,6 +5,7 @@ pub mod bench;
 pub mod compare;
 pub mod demo;
 pub mod docs;
+pub mod figures;
 pub mod hash;
 pub mod nf;
 pub mod nic;
