@@ -84,6 +84,8 @@ pub(crate) struct LiveCounts {
     pub received: u64,
     /// Frames dropped, by reason (`ring_full` included).
     pub dropped: BTreeMap<String, u64>,
+    /// Its Reframer stage's counts (`--reframer`), and the frames it holds.
+    pub reframer: Option<(ReframerReport, u64)>,
 }
 
 impl Clock {
@@ -95,9 +97,15 @@ impl Clock {
             .clone()
     }
 
-    fn publish(&self, report: &WorkerReport, ring_drops: u64) {
+    fn publish(
+        &self,
+        report: &WorkerReport,
+        ring_drops: u64,
+        reframer: Option<(ReframerReport, u64)>,
+    ) {
         let mut c = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
         c.received = report.received;
+        c.reframer = reframer;
         c.dropped.clone_from(&report.dropped);
         if ring_drops > 0 {
             c.dropped.insert("ring_full".into(), ring_drops);
@@ -428,6 +436,15 @@ impl<N: NetworkFunction> Core<N> {
         }
     }
 
+    /// The stage's counts and the frames it holds; once the final drain
+    /// took the stage, its last counts.
+    fn reframer_live(&self) -> Option<(ReframerReport, u64)> {
+        match &self.reframe {
+            Some(stage) => Some((stage.report(), stage.held())),
+            None => self.report.reframer.map(|r| (r, 0)),
+        }
+    }
+
     /// Frames held in the stage.
     fn reframe_held(&self) -> u64 {
         self.reframe.as_ref().map_or(0, ReframeStage::held)
@@ -600,7 +617,8 @@ impl<N: NetworkFunction> Worker<N> {
             }
             if now.saturating_sub(published) >= PUBLISH_NS {
                 ring_drops += ring.drops();
-                core.clock.publish(&core.report, ring_drops);
+                core.clock
+                    .publish(&core.report, ring_drops, core.reframer_live());
                 published = now;
             }
             // Time since `last` (messages, this block) was work when a block
@@ -632,7 +650,8 @@ impl<N: NetworkFunction> Worker<N> {
                     // the ring is empty, so sleep until the controller (or
                     // a peer handing a bucket over) says something.
                     core.report.slept += 1;
-                    core.clock.publish(&core.report, ring_drops);
+                    core.clock
+                        .publish(&core.report, ring_drops, core.reframer_live());
                     tracing::debug!("worker {index} (CPU {cpu}) holds no bucket: asleep");
                     woken_by = rx.recv().ok();
                     let woke = monotonic_ns();
@@ -664,7 +683,8 @@ impl<N: NetworkFunction> Worker<N> {
             last = now;
         }
         ring_drops += ring.drops();
-        core.clock.publish(&core.report, ring_drops);
+        core.clock
+            .publish(&core.report, ring_drops, core.reframer_live());
         if ring_drops > 0 {
             core.report.dropped.insert("ring_full".into(), ring_drops);
         }
