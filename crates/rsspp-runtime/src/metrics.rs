@@ -60,6 +60,9 @@ pub(crate) struct RoundFigures<'a> {
     pub handoffs_pending: usize,
     /// Handoffs completed, by how.
     pub handoffs: HandoffTotals,
+    /// Per-flow overrides in use and elephants moved since the start
+    /// (`None`: no overrides).
+    pub overrides: Option<(usize, u64)>,
 }
 
 /// Drop reasons that are kinds of frames outside the buckets, exported as
@@ -115,6 +118,8 @@ pub(crate) fn fill(s: &mut MetricsSnapshot, f: &RoundFigures<'_>) {
     s.handoffs_pending = f.handoffs_pending;
     s.handoffs = f.handoffs;
     s.reframer = reframer(f.counts);
+    s.overrides = f.overrides.map(|(n, _)| n);
+    s.elephants_moved_total = f.overrides.map_or(0, |(_, m)| m);
 }
 
 /// The workers' Reframer stages summed (`None`: no stage); SLF over all
@@ -229,6 +234,7 @@ mod tests {
                     idle: 0,
                     forced: 0,
                 },
+                overrides: Some((2, 7)),
             },
         );
         let text = render(&s);
@@ -246,6 +252,8 @@ mod tests {
             "rsspp_handoffs_pending{iface=\"veth1\"} 1",
             "rsspp_handoffs_total{iface=\"veth1\",outcome=\"drained\"} 5",
             "rsspp_rebalance_seconds_count{iface=\"veth1\"} 1",
+            "rsspp_overrides{iface=\"veth1\"} 2",
+            "rsspp_elephants_moved_total{iface=\"veth1\"} 7",
             // Both workers' stages summed; SLF over all their frames.
             "rsspp_reframer_buffered_packets_total{iface=\"veth1\"} 100",
             "rsspp_reframer_held_packets{iface=\"veth1\"} 4",
@@ -288,9 +296,11 @@ mod tests {
                 took: Duration::from_micros(30),
                 handoffs_pending: 0,
                 handoffs: HandoffTotals::default(),
+                overrides: None,
             },
         );
         assert_eq!(s.reframer, None);
-        assert!(!render(&s).contains("rsspp_reframer"));
+        let text = render(&s);
+        assert!(!text.contains("rsspp_reframer") && !text.contains("rsspp_overrides"));
     }
 }
