@@ -645,13 +645,6 @@ struct SlotUse {
     freeing: bool,
 }
 
-/// How long the controller lets the fanout program's runs in progress end
-/// between writing the override table and reading the mark that depends on
-/// it: a run that looked a flow up before the write and counts it after
-/// the mark would be numbered on the wrong side. A run takes well under a
-/// microsecond.
-const OVERRIDE_GRACE: Duration = Duration::from_millis(2);
-
 impl Elephants {
     fn new(
         config: OverrideConfig,
@@ -1098,8 +1091,10 @@ impl<S> Controller<'_, S> {
                 steering.delete_override(i)?;
             }
         }
+        // A run of the program that looked a flow up before the writes
+        // must have counted it before the marks are read.
         if !adds.is_empty() || !returning.is_empty() {
-            std::thread::sleep(OVERRIDE_GRACE);
+            steering.wait_for_programs()?;
         }
         // Then the marks: an added flow's last frame steered by its bucket
         // is below the bucket's mark (its owner unchanged); a freed flow's

@@ -48,6 +48,10 @@ struct OverrideMaps {
     flagged: MapHandle,
     /// A flow's hash input → its slot.
     flows: MapHandle,
+    /// A map of maps, written to wait for the program's runs in progress.
+    barrier: MapHandle,
+    /// The map written into it.
+    barrier_inner: MapHandle,
 }
 
 /// A flow's Toeplitz input as the programs key it: addresses, then ports,
@@ -143,6 +147,10 @@ impl Steering {
                     .map_err(bpf("taking the flagged buckets map"))?,
                 flows: MapHandle::try_from(&skel.maps.rsspp_overrides)
                     .map_err(bpf("taking the override table"))?,
+                barrier: MapHandle::try_from(&skel.maps.rsspp_barrier)
+                    .map_err(bpf("taking the barrier map"))?,
+                barrier_inner: MapHandle::try_from(&skel.maps.rsspp_barrier_inner)
+                    .map_err(bpf("taking the barrier map"))?,
             });
         }
         Ok(steering)
@@ -259,6 +267,21 @@ impl Steering {
                 source,
             }),
         }
+    }
+
+    /// Returns once every run of the program that began before the call
+    /// has ended (a map-of-maps write waits for an RCU grace period, and
+    /// the program runs inside an RCU read-side section): what it looked up
+    /// before, it has counted by now.
+    pub fn wait_for_programs(&self) -> Result<(), RuntimeError> {
+        let maps = self.override_maps()?;
+        let fd = maps.barrier_inner.as_fd().as_raw_fd() as u32;
+        maps.barrier
+            .update(&0u32.to_ne_bytes(), &fd.to_ne_bytes(), MapFlags::ANY)
+            .map_err(|source| RuntimeError::Bpf {
+                what: "waiting for the program's runs in progress",
+                source,
+            })
     }
 
     fn override_maps(&self) -> Result<&OverrideMaps, RuntimeError> {

@@ -212,8 +212,17 @@ struct Run {
 }
 
 impl Run {
-    /// The ratio of the window of median ratio.
+    /// The ratio of the window of median ratio, of windows that carried
+    /// the traffic (a stalled scrape would show none and pass for balance).
     fn ratio(&self) -> f64 {
+        for w in &self.windows {
+            assert!(
+                w[0] + w[1] > f64::from(PPS) / 2.0,
+                "a window without the traffic: {:?}\n{}",
+                self.windows,
+                self.stderr
+            );
+        }
         let mut r: Vec<f64> = self.windows.iter().copied().map(ratio).collect();
         r.sort_by(f64::total_cmp);
         r[r.len() / 2]
@@ -388,7 +397,8 @@ fn two_elephants_in_one_bucket_get_a_worker_each_with_their_state_and_order() {
         assert_eq!(
             on.monitor.get(&sport),
             Some(&vec![n]),
-            "flow {flow}: one record of all its frames\n{s}"
+            "flow {flow}: one record of all its frames\n{s}\n{}",
+            on.stderr
         );
     }
     let out: u64 = on.got.values().map(|v| v.len() as u64).sum();

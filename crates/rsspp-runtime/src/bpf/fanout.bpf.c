@@ -70,6 +70,27 @@ struct {
 #define CTX_LEN(ctx) ((ctx)->len)
 #include "classify.h"
 
+/*
+ * Never read by the program: the loader's barrier. Writing a map-of-maps'
+ * entry from user space returns only after an RCU grace period, so after
+ * every run of this program (under rcu_read_lock in the fanout's demux)
+ * that began before the write has ended: a flow looked up before an
+ * override table write is counted before the mark read after it.
+ */
+struct barrier_inner {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} rsspp_barrier_inner SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__array(values, struct barrier_inner);
+} rsspp_barrier SEC(".maps");
+
 /* Flow (its hash input) → override slot; sized by the loader. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
