@@ -41,9 +41,36 @@ pub fn load_from_busy(busy_ns: u64, interval_ns: u64) -> f64 {
     (busy_ns as f64 / interval_ns as f64).clamp(0.0, 1.0)
 }
 
+/// Loads that follow packets: the cores' loads added up, then shared in
+/// proportion to the packets each core got (all 0 when no packet came),
+/// each clamped to `[0, 1]`. Balancing these balances packet rates,
+/// whatever else the cores do and however unevenly they batch — the
+/// daemon's `--load-source packets` and `rsspp nf`'s.
+pub fn loads_by_packets(loads: &[f64], packets: &[f64]) -> Vec<f64> {
+    let total_load: f64 = loads.iter().sum();
+    let total_packets: f64 = packets.iter().sum();
+    packets
+        .iter()
+        .map(|&p| {
+            if total_packets > 0.0 {
+                (total_load * p / total_packets).clamp(0.0, 1.0)
+            } else {
+                0.0
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn loads_by_packets_share_the_total_load_by_packets() {
+        assert_eq!(loads_by_packets(&[0.5, 0.1], &[300.0, 100.0]), [0.45, 0.15]);
+        assert_eq!(loads_by_packets(&[0.9, 0.9], &[3.0, 1.0]), [1.0, 0.45]);
+        assert_eq!(loads_by_packets(&[0.5, 0.1], &[0.0, 0.0]), [0.0, 0.0]);
+    }
 
     #[test]
     fn imbalance_is_max_minus_min_over_min() {

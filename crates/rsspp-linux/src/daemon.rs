@@ -646,19 +646,7 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
             .collect();
         let mut load: Vec<f64> = match self.config.load {
             LoadModel::Measured => busy_load,
-            LoadModel::ByPackets => {
-                let total_busy: f64 = busy_load.iter().sum();
-                let total_pps: f64 = pps.iter().sum();
-                pps.iter()
-                    .map(|&p| {
-                        if total_pps > 0.0 {
-                            (total_busy * p / total_pps).clamp(0.0, 1.0)
-                        } else {
-                            0.0
-                        }
-                    })
-                    .collect()
-            }
+            LoadModel::ByPackets => rsspp_core::measure::loads_by_packets(&busy_load, &pps),
         };
         // A target whose queue overflowed had more to do than it had time
         // for: saturated, whatever its busy time says. The rebalancer then

@@ -70,6 +70,16 @@ pub mod names {
     pub const OVERRIDES: &str = "rsspp_overrides";
     /// Counter: flows given an override or moved to another CPU.
     pub const ELEPHANTS_MOVED_TOTAL: &str = "rsspp_elephants_moved_total";
+    /// Counter (`rsspp nf --reframer`, `rsspp reframe`): frames the
+    /// Reframer stages held in a flow's batch (all but the bypassed).
+    pub const REFRAMER_BUFFERED_TOTAL: &str = "rsspp_reframer_buffered_packets_total";
+    /// Gauge: frames the Reframer stages hold now.
+    pub const REFRAMER_HELD: &str = "rsspp_reframer_held_packets";
+    /// Counter per reason: batches the Reframer stages sent on.
+    pub const REFRAMER_FLUSHES_TOTAL: &str = "rsspp_reframer_flushes_total";
+    /// Gauge per stream (`in`, `out`): the spatial locality factor since
+    /// the start.
+    pub const REFRAMER_SLF: &str = "rsspp_reframer_slf";
 }
 
 /// One CPU's figures.
@@ -97,6 +107,29 @@ pub struct BucketMetrics {
     pub packets_total: u64,
     /// The CPU the table maps this bucket to now.
     pub cpu: u32,
+}
+
+/// The Reframer stages of a runtime (`rsspp nf --reframer`, `rsspp
+/// reframe`), all workers together, since the start.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ReframerMetrics {
+    /// Frames held in a flow's batch (all but the bypassed ones).
+    pub buffered_total: u64,
+    /// Frames held now.
+    pub held: u64,
+    /// Batches that left at their deadline.
+    pub flush_timeout: u64,
+    /// Batches that left at the maximum burst.
+    pub flush_burst: u64,
+    /// Batches sent on because a bypassing frame of their flow came.
+    pub flush_bypass: u64,
+    /// Batches sent on early: their bucket was leaving, or the run ending.
+    pub flush_early: u64,
+    /// Spatial locality factor of the frames the workers received (mean
+    /// run of one flow's frames back to back).
+    pub slf_in: f64,
+    /// The same, of the frames the stages sent on.
+    pub slf_out: f64,
 }
 
 /// Everything the daemon exports, as of its last round.
@@ -136,6 +169,9 @@ pub struct MetricsSnapshot {
     pub overrides: Option<usize>,
     /// Flows given an override or moved since the start.
     pub elephants_moved_total: u64,
+    /// The Reframer stages; `None`: none (the daemon, `rsspp nf` without
+    /// `--reframer`), the series are not exported.
+    pub reframer: Option<ReframerMetrics>,
 }
 
 impl MetricsSnapshot {
@@ -157,6 +193,7 @@ impl MetricsSnapshot {
             handoffs: Default::default(),
             overrides: None,
             elephants_moved_total: 0,
+            reframer: None,
         }
     }
 }
@@ -389,6 +426,57 @@ pub fn render(s: &MetricsSnapshot) -> String {
             "{ELEPHANTS_MOVED_TOTAL}{{{iface}}} {}",
             s.elephants_moved_total
         );
+    }
+
+    if let Some(r) = &s.reframer {
+        header(
+            &mut out,
+            REFRAMER_BUFFERED_TOTAL,
+            "counter",
+            "Frames the Reframer stages held in a flow's batch (all but the bypassed SYN, FIN and RST).",
+        );
+        let _ = writeln!(
+            out,
+            "{REFRAMER_BUFFERED_TOTAL}{{{iface}}} {}",
+            r.buffered_total
+        );
+        header(
+            &mut out,
+            REFRAMER_HELD,
+            "gauge",
+            "Frames the Reframer stages hold now.",
+        );
+        let _ = writeln!(out, "{REFRAMER_HELD}{{{iface}}} {}", r.held);
+        header(
+            &mut out,
+            REFRAMER_FLUSHES_TOTAL,
+            "counter",
+            "Batches the Reframer stages sent on, by reason: timeout (T_buff reached), burst (the maximum burst held), bypass (a SYN, FIN or RST of the flow came), early (its bucket was leaving the worker, or the run ending).",
+        );
+        for (reason, n) in [
+            ("timeout", r.flush_timeout),
+            ("burst", r.flush_burst),
+            ("bypass", r.flush_bypass),
+            ("early", r.flush_early),
+        ] {
+            let _ = writeln!(
+                out,
+                "{REFRAMER_FLUSHES_TOTAL}{{{iface},reason=\"{reason}\"}} {n}"
+            );
+        }
+        header(
+            &mut out,
+            REFRAMER_SLF,
+            "gauge",
+            "Spatial locality factor since the start (mean run of one flow's frames back to back): in, as the workers received them; out, as the Reframer stages sent them on.",
+        );
+        for (stream, v) in [("in", r.slf_in), ("out", r.slf_out)] {
+            let _ = writeln!(
+                out,
+                "{REFRAMER_SLF}{{{iface},stream=\"{stream}\"}} {}",
+                value(v)
+            );
+        }
     }
 
     header(&mut out, ROUNDS_TOTAL, "counter", "Rebalancing rounds run.");

@@ -478,6 +478,11 @@ impl RxRing {
         count
     }
 
+    /// The socket, for a poll over several rings.
+    pub(crate) fn poll_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
     /// Waits at most `timeout_ms` for a block.
     pub fn wait(&self, timeout_ms: i32) {
         let mut pfd = libc::pollfd {

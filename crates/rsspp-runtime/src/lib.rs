@@ -36,6 +36,7 @@ pub use error::RuntimeError;
 pub use nf::{Chain, ChainConfig, FlowRecord, Flows, NetworkFunction, Packet, Verdict};
 pub use reframe::ReframerReport;
 pub use runtime::{
-    run, Backend, Config, Moves, Outcome, ReframerSummary, ScalingSummary, Summary, TableMode,
+    run, Backend, Config, ElephantSummary, LoadSource, Moves, Outcome, ReframerSummary,
+    ScalingSummary, Summary, TableMode,
 };
 pub use worker::WorkerReport;

@@ -17,7 +17,7 @@ use std::time::Duration;
 use rsspp_core::handoff::HandoffTotals;
 use rsspp_core::IndirectionTable;
 use rsspp_linux::metrics::{
-    BucketMetrics, CpuMetrics, MetricsServer, MetricsSnapshot, SharedMetrics,
+    BucketMetrics, CpuMetrics, MetricsServer, MetricsSnapshot, ReframerMetrics, SharedMetrics,
 };
 use rsspp_linux::service::BUCKET_METRICS_AUTO_MAX;
 
@@ -60,6 +60,9 @@ pub(crate) struct RoundFigures<'a> {
     pub handoffs_pending: usize,
     /// Handoffs completed, by how.
     pub handoffs: HandoffTotals,
+    /// Per-flow overrides in use and elephants moved since the start
+    /// (`None`: no overrides).
+    pub overrides: Option<(usize, u64)>,
 }
 
 /// Drop reasons that are kinds of frames outside the buckets, exported as
@@ -114,6 +117,36 @@ pub(crate) fn fill(s: &mut MetricsSnapshot, f: &RoundFigures<'_>) {
     s.rebalance_seconds.observe_duration(f.took);
     s.handoffs_pending = f.handoffs_pending;
     s.handoffs = f.handoffs;
+    s.reframer = reframer(f.counts);
+    s.overrides = f.overrides.map(|(n, _)| n);
+    s.elephants_moved_total = f.overrides.map_or(0, |(_, m)| m);
+}
+
+/// The workers' Reframer stages summed (`None`: no stage); SLF over all
+/// workers' frames, as the summary's.
+fn reframer(counts: &[LiveCounts]) -> Option<ReframerMetrics> {
+    let mut total: Option<ReframerMetrics> = None;
+    let (mut packets, mut runs) = ((0u64, 0u64), (0u64, 0u64));
+    for (r, held) in counts.iter().filter_map(|c| c.reframer.as_ref()) {
+        let t = total.get_or_insert_with(ReframerMetrics::default);
+        let c = &r.counts;
+        t.buffered_total += c.buffered;
+        t.held += held;
+        t.flush_timeout += c.flush_timeout;
+        t.flush_burst += c.flush_burst;
+        t.flush_bypass += c.flush_bypass;
+        t.flush_early += c.flush_early;
+        packets.0 += c.packets_in;
+        packets.1 += c.packets_out;
+        runs.0 += r.key_runs_in;
+        runs.1 += r.key_runs_out;
+    }
+    let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
+    total.map(|mut t| {
+        t.slf_in = ratio(packets.0, runs.0);
+        t.slf_out = ratio(packets.1, runs.1);
+        t
+    })
 }
 
 /// The served snapshot.
@@ -150,6 +183,8 @@ impl Exporter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::reframe::ReframerReport;
+    use rsspp_core::reframer::ReframerCounts;
     use rsspp_linux::metrics::{names, render};
 
     #[test]
@@ -161,8 +196,22 @@ mod tests {
         };
         a.dropped.insert("sink".into(), 90);
         a.dropped.insert("not_ip".into(), 10);
+        let stage = |packets: u64, runs_in: u64, runs_out: u64, timeout: u64| ReframerReport {
+            counts: ReframerCounts {
+                packets_in: packets,
+                packets_out: packets,
+                buffered: packets,
+                flush_timeout: timeout,
+                flush_early: 1,
+                ..ReframerCounts::default()
+            },
+            key_runs_in: runs_in,
+            key_runs_out: runs_out,
+        };
+        a.reframer = Some((stage(90, 60, 10, 9), 4));
         let b = LiveCounts {
             received: 7,
+            reframer: Some((stage(10, 10, 2, 1), 0)),
             ..LiveCounts::default()
         };
         let mut s = MetricsSnapshot::new("veth1", mode(Backend::AfPacket));
@@ -185,6 +234,7 @@ mod tests {
                     idle: 0,
                     forced: 0,
                 },
+                overrides: Some((2, 7)),
             },
         );
         let text = render(&s);
@@ -202,6 +252,15 @@ mod tests {
             "rsspp_handoffs_pending{iface=\"veth1\"} 1",
             "rsspp_handoffs_total{iface=\"veth1\",outcome=\"drained\"} 5",
             "rsspp_rebalance_seconds_count{iface=\"veth1\"} 1",
+            "rsspp_overrides{iface=\"veth1\"} 2",
+            "rsspp_elephants_moved_total{iface=\"veth1\"} 7",
+            // Both workers' stages summed; SLF over all their frames.
+            "rsspp_reframer_buffered_packets_total{iface=\"veth1\"} 100",
+            "rsspp_reframer_held_packets{iface=\"veth1\"} 4",
+            "rsspp_reframer_flushes_total{iface=\"veth1\",reason=\"timeout\"} 10",
+            "rsspp_reframer_flushes_total{iface=\"veth1\",reason=\"early\"} 2",
+            "rsspp_reframer_slf{iface=\"veth1\",stream=\"in\"} 1.4285714285714286",
+            "rsspp_reframer_slf{iface=\"veth1\",stream=\"out\"} 8.333333333333334",
         ] {
             assert!(
                 text.contains(&format!("{line}\n")),
@@ -216,5 +275,32 @@ mod tests {
             .collect();
         assert_eq!(cpus.len(), 64);
         assert!(cpus.iter().all(|c| *c == "3" || *c == "5"), "{cpus:?}");
+    }
+
+    #[test]
+    fn no_stage_no_reframer_series() {
+        let table = IndirectionTable::equal(64, 1).unwrap();
+        let mut s = MetricsSnapshot::new("veth1", mode(Backend::AfPacket));
+        fill(
+            &mut s,
+            &RoundFigures {
+                cpus: &[0],
+                loads: &[0.5],
+                counts: &[LiveCounts::default()],
+                bucket_totals: &[1; 64],
+                table: &table,
+                imbalance: 0.0,
+                migrations: 0,
+                rounds: 1,
+                interval: Duration::from_millis(100),
+                took: Duration::from_micros(30),
+                handoffs_pending: 0,
+                handoffs: HandoffTotals::default(),
+                overrides: None,
+            },
+        );
+        assert_eq!(s.reframer, None);
+        let text = render(&s);
+        assert!(!text.contains("rsspp_reframer") && !text.contains("rsspp_overrides"));
     }
 }

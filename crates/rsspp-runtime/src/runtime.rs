@@ -16,7 +16,7 @@
 //!                  mark = CAS(words[bucket], new owner), Release(mark) to the old one
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -24,13 +24,15 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use rsspp_core::handoff::{Completion, Handoffs, DEFAULT_HANDOFF_TIMEOUT};
-use rsspp_core::measure::{imbalance_ratio, load_from_busy};
+use rsspp_core::measure::{imbalance_ratio, load_from_busy, loads_by_packets};
+use rsspp_core::orss::{FlowCount, FlowMove, OverrideConfig, OverrideCount, Overrides, RoundInput};
 use rsspp_core::rand::SplitMix64;
 use rsspp_core::reframer::ReframerConfig;
 use rsspp_core::state::marks::Shard;
 use rsspp_core::state::{FlowTable, SharedFlowTable, TableConfig, WhenFull};
 use rsspp_core::{
-    ControlConfig, ControlLoop, IndirectionTable, MigrationPlan, RssKey, ScalingAction, Toeplitz,
+    bucket_of, ControlConfig, ControlLoop, FlowKey, IndirectionTable, MigrationPlan, RssKey,
+    ScalingAction, Toeplitz,
 };
 use serde::Serialize;
 use tracing::{debug, info, warn};
@@ -41,8 +43,11 @@ use crate::error::RuntimeError;
 use crate::metrics::{Exporter, RoundFigures};
 use crate::nf::{FlowRecord, NetworkFunction};
 use crate::reframe::{ReframeStage, ReframerReport};
-use crate::steer::Steering;
-use crate::worker::{Clock, Core, Finished, Rx, ToController, ToWorker, Worker, WorkerReport};
+use crate::steer::{HashInput, Steering};
+use crate::worker::{
+    hash_input, Clock, Core, Finished, FlowOverrides, Rx, ToController, ToWorker, Worker,
+    WorkerReport,
+};
 
 /// Where the flow states live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,6 +68,16 @@ pub enum Backend {
     /// AF_XDP sockets, one per worker on each receive queue, steered by an
     /// XDP program with the same per-bucket words.
     AfXdp,
+}
+
+/// What the rebalancer balances.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoadSource {
+    /// Each worker's busy time over busy + idle.
+    Busy,
+    /// The workers' busy time added up, then shared in proportion to the
+    /// frames each took: balancing it balances frame rates.
+    Packets,
 }
 
 /// How a bucket moves.
@@ -94,6 +109,8 @@ pub struct Config {
     pub moves: Moves,
     /// RSS++ rebalancing every round.
     pub balance: bool,
+    /// What the rebalancer balances.
+    pub load: LoadSource,
     /// Buckets moved at random every round.
     pub churn: usize,
     /// Seed of the churn.
@@ -117,6 +134,9 @@ pub struct Config {
     pub metrics: Option<SocketAddr>,
     /// A Reframer stage in each worker, before the functions (`None`: none).
     pub reframer: Option<ReframerConfig>,
+    /// Per-flow overrides inside the buckets (elephants), with oRSS's
+    /// rules (`None`: buckets only). The `afpacket` backend only.
+    pub elephants: Option<OverrideConfig>,
 }
 
 impl Config {
@@ -131,6 +151,7 @@ impl Config {
             table: TableMode::PerBucket,
             moves: Moves::Ordered,
             balance: true,
+            load: LoadSource::Busy,
             churn: 0,
             churn_seed: 1,
             buckets: 128,
@@ -146,6 +167,7 @@ impl Config {
             key: RssKey::microsoft(),
             metrics: None,
             reframer: None,
+            elephants: None,
         }
     }
 }
@@ -193,8 +215,29 @@ pub struct Summary {
     /// The Reframer stages, all workers together (`--reframer`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reframer: Option<ReframerSummary>,
+    /// Per-flow overrides (`--elephants on`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub elephants: Option<ElephantSummary>,
     /// Per worker.
     pub workers: Vec<WorkerReport>,
+}
+
+/// Per-flow overrides over the run.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct ElephantSummary {
+    /// Most flows overridden at once (`--max-overrides`).
+    pub max_overrides: usize,
+    /// Overrides in use at the end.
+    pub overrides: usize,
+    /// Flows given an override or moved to another worker.
+    pub moved: u64,
+    /// Overrides freed (their flow back in its bucket).
+    pub freed: u64,
+    /// Override handoffs whose old owner had processed every frame sent
+    /// to it.
+    pub drained: u64,
+    /// Override handoffs completed after the timeout.
+    pub early: u64,
 }
 
 /// The Reframer stages of all workers, summed.
@@ -280,6 +323,18 @@ pub fn run<N: NetworkFunction>(
         r.validate()
             .map_err(|e| RuntimeError::Config(e.to_string()))?;
     }
+    if let Some(e) = &config.elephants {
+        e.validate()
+            .map_err(|e| RuntimeError::Config(e.to_string()))?;
+        if config.backend == Backend::AfXdp {
+            return Err(RuntimeError::Config(
+                "per-flow overrides are written for the afpacket backend only".into(),
+            ));
+        }
+    }
+    // Twice the overrides: a slot being freed is not free yet, while the
+    // policy may give its override to another flow at once.
+    let slots = config.elephants.map_or(0, |e| 2 * e.max_overrides);
     let in_index = afpacket::ifindex(&config.input)?;
     let out_index = config
         .output
@@ -298,14 +353,29 @@ pub fn run<N: NetworkFunction>(
     let plural = if n == 1 { "" } else { "s" };
     let (steering, rings, attached) = match config.backend {
         Backend::AfPacket => {
-            let steering = Steering::load(config.buckets, &key)?;
-            let FanoutGroup { parking, rings, id } =
-                FanoutGroup::new(in_index, n, config.ring, steering.prog_fd())?;
+            let steering = Steering::load(config.buckets, &key, n, slots)?;
+            // With overrides, a second member per worker: the frames the
+            // overrides steer (members n + 1 ..= 2n).
+            let members = if slots > 0 { 2 * n } else { n };
+            let FanoutGroup {
+                parking,
+                mut rings,
+                id,
+            } = FanoutGroup::new(in_index, members, config.ring, steering.prog_fd())?;
             info!(
                 "fanout group {id} on {} with {n} worker{plural}",
                 config.input
             );
-            let rings: Vec<Rx> = rings.into_iter().map(Rx::Packet).collect();
+            let second = rings.split_off(n);
+            let rings: Vec<(Rx, Option<Rx>)> = if second.is_empty() {
+                rings.into_iter().map(|r| (Rx::Packet(r), None)).collect()
+            } else {
+                rings
+                    .into_iter()
+                    .zip(second)
+                    .map(|(r, o)| (Rx::Packet(r), Some(Rx::Packet(o))))
+                    .collect()
+            };
             (steering, rings, Attached::Parking { _socket: parking })
         }
         Backend::AfXdp => {
@@ -317,7 +387,8 @@ pub fn run<N: NetworkFunction>(
                 setup.queues,
                 if setup.queues == 1 { "" } else { "s" }
             );
-            let rings: Vec<Rx> = setup.rx.into_iter().map(Rx::Xdp).collect();
+            let rings: Vec<(Rx, Option<Rx>)> =
+                setup.rx.into_iter().map(|r| (Rx::Xdp(r), None)).collect();
             (
                 setup.steering,
                 rings,
@@ -346,8 +417,11 @@ pub fn run<N: NetworkFunction>(
     let channels: Vec<Channel<N::State>> = (0..n).map(|_| crossbeam_channel::unbounded()).collect();
     let peers: Vec<Sender<ToWorker<N::State>>> = channels.iter().map(|(s, _)| s.clone()).collect();
     let clocks: Vec<Arc<Clock>> = (0..n).map(|_| Arc::new(Clock::default())).collect();
+    let hot: Arc<[AtomicBool]> = (0..config.buckets)
+        .map(|_| AtomicBool::new(false))
+        .collect();
     let mut handles = Vec::with_capacity(n);
-    for ((w, ring), (tx, (_, rx))) in rings
+    for ((w, (ring, override_ring)), (tx, (_, rx))) in rings
         .into_iter()
         .enumerate()
         .zip(tx.into_iter().zip(channels))
@@ -355,8 +429,9 @@ pub fn run<N: NetworkFunction>(
         let flow_table = config.flow_table;
         let per_bucket = shared.is_none();
         let owner = table.clone();
-        let shard = Shard::new(w, config.buckets, |b| {
-            (owner.core_of(b) == w).then(|| {
+        // Override slots follow the buckets, all elsewhere at first.
+        let shard = Shard::new(w, config.buckets + slots, |b| {
+            (b < config.buckets && owner.core_of(b) == w).then(|| {
                 let state = per_bucket.then(|| FlowTable::new(flow_table));
                 (state, marks[b])
             })
@@ -370,6 +445,7 @@ pub fn run<N: NetworkFunction>(
             index: w,
             cpu: config.cpus[w],
             ring,
+            override_ring,
             rx,
             core: Core {
                 index: w,
@@ -392,6 +468,7 @@ pub fn run<N: NetworkFunction>(
                 due: Vec::new(),
                 now: 0,
                 realtime_to_monotonic: 0,
+                overrides: (slots > 0).then(|| FlowOverrides::new(Arc::clone(&hot))),
             },
         };
         let handle = std::thread::Builder::new()
@@ -418,11 +495,14 @@ pub fn run<N: NetworkFunction>(
         scaling: ScalingSummary::default(),
         started: Instant::now(),
         exporter,
+        elephants: config
+            .elephants
+            .map(|c| Elephants::new(c, slots, hot, config.handoff_timeout)),
     };
     let result = controller.rounds(&mut table, &clocks, stop);
     // Whatever happened, the workers drain and exit.
     let settled = controller.settle();
-    let marks: Vec<u64> = (0..config.buckets)
+    let marks: Vec<u64> = (0..config.buckets + slots)
         .map(|b| steering.switch(b, PARKING))
         .collect();
     for p in &controller.peers {
@@ -445,6 +525,7 @@ pub fn run<N: NetworkFunction>(
         rounds,
         scaling: controller.scaling,
         handoffs: controller.summary,
+        elephants: controller.elephants.as_ref().map(Elephants::summary),
         ..Summary::default()
     };
     let mut reframer = config.reframer.map(|c| ReframerSummary {
@@ -516,6 +597,135 @@ struct Controller<'a, S> {
     scaling: ScalingSummary,
     started: Instant,
     exporter: Option<Exporter>,
+    elephants: Option<Elephants>,
+}
+
+/// The controller's side of the per-flow overrides: oRSS's policy
+/// (`rsspp_core::orss::Overrides`, the daemon's), the slots of the fanout
+/// program's override table, and their handoffs.
+struct Elephants {
+    policy: Overrides<HashInput>,
+    /// The buckets whose flows the workers count.
+    hot: Arc<[AtomicBool]>,
+    /// Per slot: the flow it steers, if any.
+    slots: Vec<Option<SlotUse>>,
+    /// Slots steering nothing.
+    free: Vec<usize>,
+    /// A flow (the policy's key) → its slot.
+    by_flow: HashMap<HashInput, usize>,
+    /// Slots in handoff (added, moved or being freed).
+    handoffs: Handoffs,
+    /// Slot handoffs told to stop waiting.
+    forced: Vec<bool>,
+    /// Each slot's word's count at the last round.
+    counts: Vec<u64>,
+    /// The keys of the flows counted, for their reverse direction.
+    keys: HashMap<HashInput, FlowKey>,
+    /// Frees decided while their bucket was moving: done once it settled.
+    deferred: Vec<HashInput>,
+    summary: ElephantSummary,
+}
+
+/// What an override slot steers.
+#[derive(Debug, Clone)]
+struct SlotUse {
+    /// The flow, as the policy names it.
+    key: HashInput,
+    /// Its bucket.
+    bucket: usize,
+    /// The hash inputs the program looks up: the flow's, and its reply's
+    /// when that hashes into the same bucket (a connection's state is in
+    /// one entry).
+    inputs: Vec<HashInput>,
+    /// The worker it steers to (or will, once its handoff is done).
+    owner: usize,
+    /// Being added: its flow is leaving its bucket.
+    adding: bool,
+    /// Being freed: its flow is going back into its bucket.
+    freeing: bool,
+}
+
+impl Elephants {
+    fn new(
+        config: OverrideConfig,
+        slots: usize,
+        hot: Arc<[AtomicBool]>,
+        timeout: Duration,
+    ) -> Self {
+        Self {
+            policy: Overrides::new(config),
+            hot,
+            slots: vec![None; slots],
+            free: (0..slots).rev().collect(),
+            by_flow: HashMap::new(),
+            handoffs: Handoffs::new(slots, timeout),
+            forced: vec![false; slots],
+            counts: vec![0; slots],
+            keys: HashMap::new(),
+            deferred: Vec::new(),
+            summary: ElephantSummary {
+                max_overrides: config.max_overrides,
+                ..ElephantSummary::default()
+            },
+        }
+    }
+
+    fn summary(&self) -> ElephantSummary {
+        ElephantSummary {
+            overrides: self.policy.in_use(),
+            moved: self.policy.moved_total(),
+            ..self.summary
+        }
+    }
+
+    /// Buckets an add or a free is under way in: their owner must stay.
+    fn held_buckets(&self) -> Vec<usize> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(s, u)| {
+                let u = u.as_ref()?;
+                // An add leaves the bucket's worker; a free goes back to it.
+                (self.handoffs.get(s).is_some() && (u.adding || u.freeing)).then_some(u.bucket)
+            })
+            .collect()
+    }
+
+    /// The hash inputs of flow `key` in `bucket`: its own, and its reply's
+    /// when the reply hashes into the same bucket.
+    fn inputs(
+        &self,
+        key: &HashInput,
+        bucket: usize,
+        toeplitz: &Toeplitz,
+        buckets: usize,
+    ) -> Vec<HashInput> {
+        let mut inputs = vec![*key];
+        if let Some(k) = self.keys.get(key) {
+            if let Some((a, b)) = k.ports {
+                let reply = FlowKey {
+                    src: k.dst,
+                    dst: k.src,
+                    ports: Some((b, a)),
+                    protocol: k.protocol,
+                };
+                let input = hash_input(&reply);
+                if input != *key && bucket_of(toeplitz.hash_flow(&reply), buckets) == bucket {
+                    inputs.push(input);
+                }
+            }
+        }
+        inputs
+    }
+}
+
+/// What the overrides' round is given, in the policy's terms.
+#[derive(Debug, Default)]
+struct OverrideCounts {
+    bucket_packets: Vec<u64>,
+    core_packets: Vec<u64>,
+    counted: Vec<FlowCount<HashInput>>,
+    overridden: Vec<OverrideCount<HashInput>>,
 }
 
 /// How long the controller waits for a worker to answer an `Expect` before
@@ -541,6 +751,12 @@ impl<S> Controller<'_, S> {
     fn handle(&mut self, msg: ToController) -> Result<Option<usize>, RuntimeError> {
         match msg {
             ToController::Expecting { worker } => return Ok(Some(worker)),
+            ToController::Accepted {
+                bucket,
+                left_behind,
+            } if bucket >= self.config.buckets => {
+                self.slot_accepted(bucket - self.config.buckets, left_behind);
+            }
             ToController::Accepted {
                 bucket,
                 left_behind,
@@ -571,6 +787,25 @@ impl<S> Controller<'_, S> {
     /// Handoffs that waited past the timeout are told to stop waiting.
     fn force_expired(&mut self) -> Result<(), RuntimeError> {
         let now = self.now();
+        let buckets = self.config.buckets;
+        let mut forced = Vec::new();
+        if let Some(e) = self.elephants.as_mut() {
+            for s in e.handoffs.expired(now) {
+                if !e.forced[s] {
+                    if let Some(h) = e.handoffs.get(s) {
+                        debug!(
+                            "override slot {s}: handoff from worker {} timed out",
+                            h.from
+                        );
+                        forced.push((h.from as usize, buckets + s));
+                        e.forced[s] = true;
+                    }
+                }
+            }
+        }
+        for (w, index) in forced {
+            self.send(w, ToWorker::Force { bucket: index })?;
+        }
         for b in self.handoffs.expired(now) {
             if !self.forced[b] {
                 if let Some(h) = self.handoffs.get(b) {
@@ -599,6 +834,331 @@ impl<S> Controller<'_, S> {
                 Err(RecvTimeoutError::Disconnected) => return Err(RuntimeError::WorkerGone(0)),
             }
         }
+    }
+
+    /// The overrides' counts of a round (`None` without overrides): the
+    /// slots' packets since the last round, the flows the workers counted
+    /// in the hot buckets, and per bucket and worker the packets with the
+    /// overridden flows' (as the policy counts them).
+    fn override_counts(
+        &mut self,
+        bucket_packets: &[u64],
+        table: &IndirectionTable,
+        clocks: &[Arc<Clock>],
+    ) -> Option<OverrideCounts> {
+        let e = self.elephants.as_mut()?;
+        let n = self.peers.len();
+        let mut counts = OverrideCounts {
+            bucket_packets: bucket_packets.to_vec(),
+            core_packets: vec![0; n],
+            ..OverrideCounts::default()
+        };
+        for (b, &p) in bucket_packets.iter().enumerate() {
+            counts.core_packets[table.core_of(b)] += p;
+        }
+        for (slot, last) in e.counts.iter_mut().enumerate() {
+            let now = self.steering.count(self.steering.slot_word(slot));
+            let packets = now - *last;
+            *last = now;
+            let Some(u) = &e.slots[slot] else { continue };
+            counts.bucket_packets[u.bucket] += packets;
+            // Where its frames went: the old owner's until the handoff.
+            let at = e.handoffs.get(slot).map_or(u.owner, |h| h.from as usize);
+            counts.core_packets[at] += packets;
+            if !u.freeing {
+                counts.overridden.push(OverrideCount {
+                    key: u.key,
+                    packets,
+                    settled: e.handoffs.get(slot).is_none(),
+                });
+            }
+        }
+        let mut flows: HashMap<HashInput, (usize, u64)> = HashMap::new();
+        for c in clocks {
+            for (input, f) in c.take_flows() {
+                // A flow with a slot (being freed) is not counted again
+                // before its slot is free.
+                if e.by_flow.contains_key(&input) {
+                    continue;
+                }
+                e.keys.insert(input, f.key);
+                flows.entry(input).or_insert((f.bucket, 0)).1 += f.packets;
+            }
+        }
+        // Keys of flows counted no longer are forgotten with them.
+        e.keys
+            .retain(|k, _| flows.contains_key(k) || e.by_flow.contains_key(k));
+        counts.counted = flows
+            .into_iter()
+            .map(|(key, (bucket, packets))| FlowCount {
+                key,
+                bucket,
+                packets,
+            })
+            .collect();
+        // A fixed order: the policy's ties do not depend on a hash map's.
+        counts.counted.sort_by_key(|a| a.key);
+        Some(counts)
+    }
+
+    /// An override slot's handoff done: the new owner took it over, or
+    /// (a free) the flow's bucket took its entries back.
+    fn slot_accepted(&mut self, slot: usize, left_behind: u64) {
+        let Some(e) = self.elephants.as_mut() else {
+            return;
+        };
+        let how = if left_behind == 0 {
+            e.summary.drained += 1;
+            Completion::Drained
+        } else {
+            e.summary.early += 1;
+            warn!("override slot {slot} moved with {left_behind} packet(s) not drained");
+            Completion::Forced
+        };
+        e.handoffs.complete(slot, how);
+        e.forced[slot] = false;
+        let Some(u) = e.slots[slot].as_mut() else {
+            return;
+        };
+        u.adding = false;
+        if !u.freeing {
+            return;
+        }
+        let u = e.slots[slot].take().expect("checked above");
+        e.by_flow.remove(&u.key);
+        e.free.push(slot);
+        e.summary.freed += 1;
+        let bucket = u.bucket;
+        if !e.slots.iter().flatten().any(|o| o.bucket == bucket) {
+            if let Err(err) = self.steering.set_flagged(bucket, false) {
+                warn!("bucket {bucket}: {err}");
+            }
+        }
+    }
+
+    /// Sends the `Expect`s of a batch of moves and waits for every answer.
+    fn expect_all(&mut self, msgs: Vec<(usize, ToWorker<S>)>) -> Result<(), RuntimeError> {
+        let (wanted, first) = (msgs.len(), msgs.first().map_or(0, |m| m.0));
+        for (w, msg) in msgs {
+            self.send(w, msg)?;
+        }
+        let mut answers = 0;
+        let deadline = Instant::now() + ANSWER_TIMEOUT;
+        while answers < wanted {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.inbox.recv_timeout(left) {
+                Ok(msg) => {
+                    if self.handle(msg)?.is_some() {
+                        answers += 1;
+                    }
+                }
+                Err(_) => return Err(RuntimeError::WorkerGone(first)),
+            }
+        }
+        Ok(())
+    }
+
+    /// The per-flow overrides' round, after the buckets' (`moved`: the
+    /// buckets the round moved): counts in, oRSS's policy, and its plan
+    /// carried out — hot buckets flagged to the workers, overrides added,
+    /// moved and freed, each in order.
+    fn override_round(
+        &mut self,
+        table: &IndirectionTable,
+        moved: &[usize],
+        input: &OverrideCounts,
+    ) -> Result<(), RuntimeError> {
+        let buckets = self.config.buckets;
+        let Some(e) = self.elephants.as_mut() else {
+            return Ok(());
+        };
+        let mut held = self.handoffs.held();
+        held.extend(moved);
+        held.extend(e.held_buckets());
+        held.sort_unstable();
+        held.dedup();
+        let plan = e.policy.round(&RoundInput {
+            table: table.entries(),
+            held: &held,
+            bucket_packets: &input.bucket_packets,
+            core_packets: &input.core_packets,
+            counted: &input.counted,
+            overridden: &input.overridden,
+        });
+        for (b, h) in e.hot.iter().enumerate() {
+            h.store(plan.hot.binary_search(&b).is_ok(), Ordering::Relaxed);
+        }
+        // Frees first (their slots are not free before they are done),
+        // those deferred before.
+        let mut frees: Vec<HashInput> = std::mem::take(&mut e.deferred);
+        frees.extend(plan.free.iter().map(|&(k, _)| k));
+        let mut returning = Vec::new();
+        for key in frees {
+            let Some(&slot) = e.by_flow.get(&key) else {
+                continue;
+            };
+            let Some(u) = e.slots[slot].as_ref() else {
+                continue;
+            };
+            if held.binary_search(&u.bucket).is_ok() || e.handoffs.get(slot).is_some() {
+                e.deferred.push(key);
+                continue;
+            }
+            returning.push((slot, table.core_of(u.bucket)));
+        }
+        let toeplitz = Toeplitz::new(self.config.key.clone());
+        let mut adds: Vec<(usize, FlowMove<HashInput>)> = Vec::new();
+        for m in &plan.add {
+            let Some(slot) = e.free.pop() else {
+                warn!("no override slot free: flow of bucket {} stays", m.bucket);
+                continue;
+            };
+            let inputs = e.inputs(&m.key, m.bucket, &toeplitz, buckets);
+            e.by_flow.insert(m.key, slot);
+            e.slots[slot] = Some(SlotUse {
+                key: m.key,
+                bucket: m.bucket,
+                inputs,
+                owner: m.to,
+                adding: true,
+                freeing: false,
+            });
+            adds.push((slot, *m));
+        }
+        let mut moves = Vec::new();
+        for m in &plan.moves {
+            let Some(&slot) = e.by_flow.get(&m.key) else {
+                continue;
+            };
+            let Some(u) = e.slots[slot].as_mut() else {
+                continue;
+            };
+            moves.push((slot, u.owner, m.to));
+            u.owner = m.to;
+        }
+        if returning.is_empty() && adds.is_empty() && moves.is_empty() {
+            return Ok(());
+        }
+        // Who expects what: a slot's new owner parks its frames, a freed
+        // flow's bucket parks the flow's.
+        let mut expects = Vec::new();
+        for &(slot, to) in &returning {
+            let u = e.slots[slot].as_ref().expect("in use");
+            expects.push((
+                to,
+                ToWorker::ExpectReturn {
+                    slot,
+                    bucket: u.bucket,
+                    inputs: u.inputs.clone(),
+                },
+            ));
+        }
+        for &(slot, _) in &adds {
+            let u = e.slots[slot].as_ref().expect("in use");
+            expects.push((
+                u.owner,
+                ToWorker::ExpectFlow {
+                    slot,
+                    bucket: u.bucket,
+                    inputs: u.inputs.clone(),
+                },
+            ));
+        }
+        for &(slot, _, to) in &moves {
+            let u = e.slots[slot].as_ref().expect("in use");
+            expects.push((
+                to,
+                ToWorker::ExpectFlow {
+                    slot,
+                    bucket: u.bucket,
+                    inputs: u.inputs.clone(),
+                },
+            ));
+        }
+        self.expect_all(expects)?;
+        let e = self.elephants.as_mut().expect("checked above");
+        let steering = self.steering;
+        let now = self.started.elapsed();
+        let mut releases: Vec<(usize, ToWorker<S>)> = Vec::new();
+        // The table written: adds steer their flows by their slot (to the
+        // new owner), frees by their bucket again.
+        let mut slot_marks = Vec::with_capacity(adds.len());
+        for (slot, m) in &adds {
+            slot_marks.push(steering.switch(steering.slot_word(*slot), member(m.to)));
+            steering.set_flagged(m.bucket, true)?;
+            for i in &e.slots[*slot].as_ref().expect("in use").inputs {
+                steering.insert_override(i, *slot)?;
+            }
+        }
+        for &(slot, _) in &returning {
+            for i in &e.slots[slot].as_ref().expect("in use").inputs {
+                steering.delete_override(i)?;
+            }
+        }
+        // A run of the program that looked a flow up before the writes
+        // must have counted it before the marks are read.
+        if !adds.is_empty() || !returning.is_empty() {
+            steering.wait_for_programs()?;
+        }
+        // Then the marks: an added flow's last frame steered by its bucket
+        // is below the bucket's mark (its owner unchanged); a freed flow's
+        // last frame steered by its slot is below the slot's.
+        for ((slot, m), slot_mark) in adds.iter().zip(slot_marks) {
+            let bucket_mark = steering.switch(m.bucket, member(m.from));
+            e.handoffs.begin(*slot, m.from as u32, m.to as u32, now);
+            e.forced[*slot] = false;
+            releases.push((
+                m.from,
+                ToWorker::AddRelease {
+                    slot: *slot,
+                    bucket: m.bucket,
+                    inputs: e.slots[*slot].as_ref().expect("in use").inputs.clone(),
+                    to: m.to,
+                    bucket_mark,
+                    slot_mark,
+                },
+            ));
+            info!(
+                "elephant of bucket {} given an override: worker {} -> {}",
+                m.bucket, m.from, m.to
+            );
+        }
+        for (slot, to) in returning {
+            let u = e.slots[slot].as_mut().expect("in use");
+            let mark = steering.switch(steering.slot_word(slot), PARKING);
+            e.handoffs.begin(slot, u.owner as u32, to as u32, now);
+            e.forced[slot] = false;
+            u.freeing = true;
+            releases.push((
+                u.owner,
+                ToWorker::Release {
+                    bucket: buckets + slot,
+                    to,
+                    mark,
+                    immediate: false,
+                },
+            ));
+            debug!("override of bucket {} freed: back to worker {to}", u.bucket);
+        }
+        for (slot, from, to) in moves {
+            let mark = steering.switch(steering.slot_word(slot), member(to));
+            e.handoffs.begin(slot, from as u32, to as u32, now);
+            e.forced[slot] = false;
+            releases.push((
+                from,
+                ToWorker::Release {
+                    bucket: buckets + slot,
+                    to,
+                    mark,
+                    immediate: false,
+                },
+            ));
+            info!("elephant moved: worker {from} -> {to}");
+        }
+        for (w, msg) in releases {
+            self.send(w, msg)?;
+        }
+        Ok(())
     }
 
     /// Moves the plan's buckets, in order-preserving handoffs.
@@ -716,7 +1276,7 @@ impl<S> Controller<'_, S> {
             let bucket_packets: Vec<u64> = fresh.iter().zip(&counts).map(|(a, b)| a - b).collect();
             counts = fresh;
             let fresh = read_clocks();
-            let loads: Vec<f64> = fresh
+            let mut loads: Vec<f64> = fresh
                 .iter()
                 .zip(&times)
                 .map(|(&(b1, i1), &(b0, i0))| {
@@ -725,20 +1285,49 @@ impl<S> Controller<'_, S> {
                 })
                 .collect();
             times = fresh;
+            // Overridden flows: counted by their slots' words, not their
+            // buckets'.
+            let over = self.override_counts(&bucket_packets, table, clocks);
             // Each worker's packets this round, by the table before the
-            // round's moves; the imbalance is over the workers in use.
-            let mut pps = vec![0.0; n];
-            for (b, &p) in bucket_packets.iter().enumerate() {
-                pps[table.core_of(b)] += p as f64;
-            }
+            // round's moves (and the overrides' owners); the imbalance is
+            // over the workers in use.
+            let pps: Vec<f64> = match &over {
+                Some(o) => o.core_packets.iter().map(|&p| p as f64).collect(),
+                None => {
+                    let mut pps = vec![0.0; n];
+                    for (b, &p) in bucket_packets.iter().enumerate() {
+                        pps[table.core_of(b)] += p as f64;
+                    }
+                    pps
+                }
+            };
             let in_use: Vec<f64> = table.cores_in_use().iter().map(|&c| pps[c]).collect();
             let imbalance = imbalance_ratio(&in_use);
+            if self.config.load == LoadSource::Packets {
+                loads = loads_by_packets(&loads, &pps);
+            }
 
-            let held = self.handoffs.held();
+            let mut held = self.handoffs.held();
+            if let Some(e) = &self.elephants {
+                held.extend(e.held_buckets());
+                held.sort_unstable();
+                held.dedup();
+            }
             let mut moved: Vec<usize> = Vec::new();
             if self.config.balance && control.is_due(now) {
                 control.hold(&held);
-                let tick = control.tick(now, table, &bucket_packets, &loads)?;
+                // Overridden flows are no bucket's: their packets are load
+                // fixed to their workers (as the daemon does).
+                let split = match (&self.elephants, &over) {
+                    (Some(e), Some(o)) => {
+                        let split = e.policy.split(&o.bucket_packets, &o.overridden, n);
+                        control.fix_packets(&split.fixed_packets);
+                        Some(split.bucket_packets)
+                    }
+                    _ => None,
+                };
+                let counts = split.as_ref().unwrap_or(&bucket_packets);
+                let tick = control.tick(now, table, counts, &loads)?;
                 let plan = tick.outcome.plan;
                 if !plan.is_empty() {
                     match self.execute(&plan, table) {
@@ -780,6 +1369,11 @@ impl<S> Controller<'_, S> {
                 moved.extend(plan.moves.iter().map(|m| m.bucket));
             }
             migrations += moved.len() as u64;
+            if let Some(o) = &over {
+                if self.config.balance {
+                    self.override_round(table, &moved, o)?;
+                }
+            }
             if let Some(exporter) = &self.exporter {
                 let live: Vec<_> = clocks.iter().map(|c| c.counts()).collect();
                 exporter.publish(&RoundFigures {
@@ -795,6 +1389,10 @@ impl<S> Controller<'_, S> {
                     took: round_start.elapsed(),
                     handoffs_pending: self.handoffs.len(),
                     handoffs: self.handoffs.totals(),
+                    overrides: self
+                        .elephants
+                        .as_ref()
+                        .map(|e| (e.policy.in_use(), e.policy.moved_total())),
                 });
             }
             debug!(
@@ -812,12 +1410,19 @@ impl<S> Controller<'_, S> {
     /// the timeout).
     fn settle(&mut self) -> Result<(), RuntimeError> {
         let deadline = Instant::now() + self.config.handoff_timeout * 2 + Duration::from_secs(1);
-        while !self.handoffs.is_empty() && Instant::now() < deadline {
+        let slots_pending = |c: &Self| c.elephants.as_ref().map_or(0, |e| e.handoffs.len());
+        while (!self.handoffs.is_empty() || slots_pending(self) > 0) && Instant::now() < deadline {
             self.wait_until(Instant::now() + Duration::from_millis(20))?;
             self.force_expired()?;
         }
         if !self.handoffs.is_empty() {
             warn!("{} handoff(s) never completed", self.handoffs.len());
+        }
+        if slots_pending(self) > 0 {
+            warn!(
+                "{} override handoff(s) never completed",
+                slots_pending(self)
+            );
         }
         Ok(())
     }

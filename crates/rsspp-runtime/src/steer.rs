@@ -1,7 +1,9 @@
 //! The fanout program (`src/bpf/fanout.bpf.c`): loaded through its
 //! skeleton, its Toeplitz key table written, and its per-bucket words
 //! mapped into this process, where the controller reads the counts and
-//! switches owners with a compare-and-swap.
+//! switches owners with a compare-and-swap. With per-flow overrides, the
+//! words of the override slots follow the buckets' (word `buckets + s`),
+//! and the controller writes the flagged buckets and the flows' slots.
 
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
@@ -33,7 +35,28 @@ pub struct Steering {
     words: *mut u64,
     map_len: usize,
     buckets: usize,
+    /// Override slots (words after the buckets').
+    slots: usize,
+    /// The maps of the overrides, when there are slots.
+    overrides: Option<OverrideMaps>,
 }
+
+/// The fanout program's maps of per-flow overrides.
+#[derive(Debug)]
+struct OverrideMaps {
+    /// Per bucket: nonzero when some of its flows have an override.
+    flagged: MapHandle,
+    /// A flow's hash input → its slot.
+    flows: MapHandle,
+    /// A map of maps, written to wait for the program's runs in progress.
+    barrier: MapHandle,
+    /// The map written into it.
+    barrier_inner: MapHandle,
+}
+
+/// A flow's Toeplitz input as the programs key it: addresses, then ports,
+/// zero-filled.
+pub type HashInput = [u8; rsspp_core::flow::MAX_HASH_INPUT];
 
 // SAFETY: the mapping is shared memory accessed only atomically.
 unsafe impl Send for Steering {}
@@ -42,9 +65,16 @@ unsafe impl Sync for Steering {}
 
 impl Steering {
     /// Loads the program for a table of `buckets` (a power of two) with the
-    /// Toeplitz `key`; every bucket starts on fanout member 0 with a count
-    /// of 0.
-    pub fn load(buckets: usize, key: &RssKey) -> Result<Self, RuntimeError> {
+    /// Toeplitz `key`, `workers` workers and `slots` override slots (0:
+    /// none; with some, the group has a second member per worker for the
+    /// frames steered by an override); every word starts on fanout member
+    /// 0 with a count of 0.
+    pub fn load(
+        buckets: usize,
+        key: &RssKey,
+        workers: usize,
+        slots: usize,
+    ) -> Result<Self, RuntimeError> {
         if !buckets.is_power_of_two() || buckets > MAX_BUCKETS {
             return Err(RuntimeError::Config(format!(
                 "the table size must be a power of two up to {MAX_BUCKETS}, not {buckets}"
@@ -62,10 +92,21 @@ impl Steering {
             .as_deref_mut()
             .ok_or_else(|| RuntimeError::Config("the fanout program has no .rodata".into()))?;
         rodata.bucket_mask = (buckets - 1) as u32;
+        rodata.workers = workers as u32;
         open.maps
             .rsspp_words
-            .set_max_entries(buckets as u32)
+            .set_max_entries((buckets + slots) as u32)
             .map_err(bpf("sizing the bucket words"))?;
+        open.maps
+            .rsspp_flagged
+            .set_max_entries(buckets as u32)
+            .map_err(bpf("sizing the flagged buckets"))?;
+        // Room for both directions of every overridden flow, and to spare:
+        // the LRU never evicts a live override.
+        open.maps
+            .rsspp_overrides
+            .set_max_entries((4 * slots).max(1) as u32)
+            .map_err(bpf("sizing the override table"))?;
         let skel = open.load().map_err(|source| {
             if source.kind() == libbpf_rs::ErrorKind::PermissionDenied {
                 RuntimeError::NoPrivileges
@@ -97,7 +138,22 @@ impl Steering {
             })?;
         let words_map =
             MapHandle::try_from(&skel.maps.rsspp_words).map_err(bpf("taking the words map"))?;
-        Self::with_words(prog, words_map, buckets)
+        let mut steering = Self::with_words(prog, words_map, buckets + slots)?;
+        steering.buckets = buckets;
+        steering.slots = slots;
+        if slots > 0 {
+            steering.overrides = Some(OverrideMaps {
+                flagged: MapHandle::try_from(&skel.maps.rsspp_flagged)
+                    .map_err(bpf("taking the flagged buckets map"))?,
+                flows: MapHandle::try_from(&skel.maps.rsspp_overrides)
+                    .map_err(bpf("taking the override table"))?,
+                barrier: MapHandle::try_from(&skel.maps.rsspp_barrier)
+                    .map_err(bpf("taking the barrier map"))?,
+                barrier_inner: MapHandle::try_from(&skel.maps.rsspp_barrier_inner)
+                    .map_err(bpf("taking the barrier map"))?,
+            });
+        }
+        Ok(steering)
     }
 
     /// The steering of a loaded program (the fanout program or the afxdp
@@ -135,6 +191,8 @@ impl Steering {
             words: ptr.cast(),
             map_len,
             buckets,
+            slots: 0,
+            overrides: None,
         })
     }
 
@@ -148,14 +206,91 @@ impl Steering {
         self.buckets
     }
 
+    /// Override slots (0: no overrides).
+    pub fn slots(&self) -> usize {
+        self.slots
+    }
+
+    /// The word index of override slot `slot`.
+    pub fn slot_word(&self, slot: usize) -> usize {
+        assert!(slot < self.slots, "slot {slot} past {}", self.slots);
+        self.buckets + slot
+    }
+
     fn word(&self, bucket: usize) -> &AtomicU64 {
-        assert!(bucket < self.buckets, "bucket {bucket} past the table");
+        assert!(
+            bucket < self.buckets + self.slots,
+            "word {bucket} past the table"
+        );
         // SAFETY: inside the mapping, 8-byte aligned (page-aligned base);
         // the program updates it atomically too.
         unsafe { AtomicU64::from_ptr(self.words.add(bucket)) }
     }
 
-    /// Packets of `bucket` steered so far.
+    /// Flags `bucket` as having overrides (the program looks its flows up)
+    /// or not.
+    pub fn set_flagged(&self, bucket: usize, flagged: bool) -> Result<(), RuntimeError> {
+        let maps = self.override_maps()?;
+        maps.flagged
+            .update(
+                &(bucket as u32).to_ne_bytes(),
+                &u32::from(flagged).to_ne_bytes(),
+                MapFlags::ANY,
+            )
+            .map_err(|source| RuntimeError::Bpf {
+                what: "flagging a bucket",
+                source,
+            })
+    }
+
+    /// Steers the flow of hash input `input` by override slot `slot` from
+    /// now on (in a flagged bucket).
+    pub fn insert_override(&self, input: &HashInput, slot: usize) -> Result<(), RuntimeError> {
+        let maps = self.override_maps()?;
+        maps.flows
+            .update(input, &(slot as u32).to_ne_bytes(), MapFlags::ANY)
+            .map_err(|source| RuntimeError::Bpf {
+                what: "writing a flow's override",
+                source,
+            })
+    }
+
+    /// Steers the flow of hash input `input` by its bucket again.
+    pub fn delete_override(&self, input: &HashInput) -> Result<(), RuntimeError> {
+        let maps = self.override_maps()?;
+        match maps.flows.delete(input) {
+            Ok(()) => Ok(()),
+            // Not there (cannot happen: the table never fills).
+            Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(RuntimeError::Bpf {
+                what: "deleting a flow's override",
+                source,
+            }),
+        }
+    }
+
+    /// Returns once every run of the program that began before the call
+    /// has ended (a map-of-maps write waits for an RCU grace period, and
+    /// the program runs inside an RCU read-side section): what it looked up
+    /// before, it has counted by now.
+    pub fn wait_for_programs(&self) -> Result<(), RuntimeError> {
+        let maps = self.override_maps()?;
+        let fd = maps.barrier_inner.as_fd().as_raw_fd() as u32;
+        maps.barrier
+            .update(&0u32.to_ne_bytes(), &fd.to_ne_bytes(), MapFlags::ANY)
+            .map_err(|source| RuntimeError::Bpf {
+                what: "waiting for the program's runs in progress",
+                source,
+            })
+    }
+
+    fn override_maps(&self) -> Result<&OverrideMaps, RuntimeError> {
+        self.overrides
+            .as_ref()
+            .ok_or_else(|| RuntimeError::Config("the steering has no override slots".into()))
+    }
+
+    /// Packets of `bucket` (or of an override slot's word) steered so far.
     pub fn count(&self, bucket: usize) -> u64 {
         self.word(bucket).load(Ordering::Relaxed) & COUNT_MASK
     }

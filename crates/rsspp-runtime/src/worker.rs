@@ -3,8 +3,8 @@
 //! flow's state, and transmits or drops it; between blocks it applies the
 //! controller's commands and takes over the buckets other workers hand it.
 
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crossbeam_channel::{Receiver, Sender};
@@ -19,6 +19,7 @@ use crate::afpacket::{monotonic_ns, pin_to, Frame, RxRing, TxSocket};
 use crate::afxdp::XskRx;
 use crate::nf::{headers, BucketFlows, NetworkFunction, Packet, SharedFlows, Verdict};
 use crate::reframe::{realtime_ns, HeldFrame, ReframeStage, ReframerReport};
+use crate::steer::HashInput;
 
 /// What a bucket carries from worker to worker: its flow table, or nothing
 /// when the flow table is shared.
@@ -51,9 +52,38 @@ pub(crate) enum ToWorker<S> {
     Force { bucket: usize },
     /// A bucket's state, from another worker.
     Moving(Moving<BucketState<S>>),
-    /// Every bucket was switched to the parking member after these marks:
-    /// drain them and exit.
+    /// Every bucket (and override slot) was switched to the parking member
+    /// after these marks: drain them and exit.
     Finish { marks: Vec<u64> },
+    /// An override slot is coming, for the flow of `inputs` of `bucket`:
+    /// park the frames it steers here (answered by
+    /// [`ToController::Expecting`]).
+    ExpectFlow {
+        slot: usize,
+        bucket: usize,
+        inputs: Vec<HashInput>,
+    },
+    /// The flow of `inputs` left `bucket` (this worker's) for override
+    /// `slot` at the bucket's count `bucket_mark`: once this worker has
+    /// taken that many of the bucket's frames, its entries leave the
+    /// bucket's table for `to`, whose count of the slot starts at
+    /// `slot_mark`.
+    AddRelease {
+        slot: usize,
+        bucket: usize,
+        inputs: Vec<HashInput>,
+        to: usize,
+        bucket_mark: u64,
+        slot_mark: u64,
+    },
+    /// Override `slot`'s flow comes back into `bucket` (this worker's):
+    /// park its frames until the slot's state arrives (answered by
+    /// [`ToController::Expecting`]).
+    ExpectReturn {
+        slot: usize,
+        bucket: usize,
+        inputs: Vec<HashInput>,
+    },
 }
 
 /// A worker's word to the controller.
@@ -74,6 +104,17 @@ pub(crate) struct Clock {
     pub busy_ns: AtomicU64,
     pub idle_ns: AtomicU64,
     counts: Mutex<LiveCounts>,
+    /// Frames per flow of the hot buckets since the controller last took
+    /// them (`--elephants on`).
+    flows: Mutex<HashMap<HashInput, FlowSeen>>,
+}
+
+/// A flow counted in a hot bucket.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FlowSeen {
+    pub key: FlowKey,
+    pub bucket: usize,
+    pub packets: u64,
 }
 
 /// A worker's counts while it runs, published about every
@@ -84,6 +125,8 @@ pub(crate) struct LiveCounts {
     pub received: u64,
     /// Frames dropped, by reason (`ring_full` included).
     pub dropped: BTreeMap<String, u64>,
+    /// Its Reframer stage's counts (`--reframer`), and the frames it holds.
+    pub reframer: Option<(ReframerReport, u64)>,
 }
 
 impl Clock {
@@ -95,9 +138,33 @@ impl Clock {
             .clone()
     }
 
-    fn publish(&self, report: &WorkerReport, ring_drops: u64) {
+    /// The flows counted since the last call.
+    pub(crate) fn take_flows(&self) -> HashMap<HashInput, FlowSeen> {
+        std::mem::take(&mut *self.flows.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    fn publish_flows(&self, counted: &mut HashMap<HashInput, FlowSeen>) {
+        if counted.is_empty() {
+            return;
+        }
+        let mut flows = self.flows.lock().unwrap_or_else(PoisonError::into_inner);
+        for (input, f) in counted.drain() {
+            flows
+                .entry(input)
+                .and_modify(|g| g.packets += f.packets)
+                .or_insert(f);
+        }
+    }
+
+    fn publish(
+        &self,
+        report: &WorkerReport,
+        ring_drops: u64,
+        reframer: Option<(ReframerReport, u64)>,
+    ) {
         let mut c = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
         c.received = report.received;
+        c.reframer = reframer;
         c.dropped.clone_from(&report.dropped);
         if ring_drops > 0 {
             c.dropped.insert("ring_full".into(), ring_drops);
@@ -174,6 +241,22 @@ impl Rx {
         }
     }
 
+    /// Waits at most `timeout_ms` for a frame on this ring or on `other`.
+    fn wait_with(&self, other: Option<&Rx>, timeout_ms: i32) {
+        match (self, other) {
+            (Rx::Packet(a), Some(Rx::Packet(b))) => {
+                let mut fds = [a.poll_fd(), b.poll_fd()].map(|fd| libc::pollfd {
+                    fd,
+                    events: libc::POLLIN | libc::POLLERR,
+                    revents: 0,
+                });
+                // SAFETY: two valid pollfds.
+                unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout_ms) };
+            }
+            _ => self.wait(timeout_ms),
+        }
+    }
+
     /// Frames the kernel dropped before they reached the worker, since the
     /// last call.
     fn drops(&mut self) -> u64 {
@@ -189,6 +272,8 @@ pub(crate) struct Worker<N: NetworkFunction> {
     pub index: usize,
     pub cpu: u32,
     pub ring: Rx,
+    /// The ring of the frames steered by an override (`--elephants on`).
+    pub override_ring: Option<Rx>,
     pub core: Core<N>,
     pub rx: Receiver<ToWorker<N::State>>,
 }
@@ -219,6 +304,80 @@ pub(crate) struct Core<N: NetworkFunction> {
     /// `CLOCK_MONOTONIC` minus `CLOCK_REALTIME`, read with `now`: turns a
     /// frame's kernel timestamp (real time) into the stage's clock.
     pub realtime_to_monotonic: i128,
+    /// Per-flow overrides (`--elephants on`).
+    pub overrides: Option<FlowOverrides>,
+}
+
+/// A worker's side of the per-flow overrides. An override slot is one more
+/// entry of the shard (index `buckets + slot`), moved as a bucket is; its
+/// state is a table holding its flow's entries only. Adds and frees move
+/// those entries between the flow's bucket's table and the slot's.
+#[derive(Debug)]
+pub(crate) struct FlowOverrides {
+    /// Buckets whose flows are counted (the controller's hot buckets).
+    pub hot: Arc<[AtomicBool]>,
+    /// Flows of the hot buckets counted since the last publication.
+    counted: HashMap<HashInput, FlowSeen>,
+    /// Hash input → override slot, for the slots held or arriving here.
+    slot_of: HashMap<HashInput, usize>,
+    /// Slot → its flow's bucket and hash inputs.
+    slots: HashMap<usize, (usize, Vec<HashInput>)>,
+    /// Flows leaving one of this worker's buckets for an override.
+    adds: Vec<Add>,
+    /// Flows coming back into one of this worker's buckets, by slot.
+    returns: HashMap<usize, Return>,
+    /// The newest frame timestamp, the time of entries moved between
+    /// tables.
+    last_ns: u64,
+}
+
+impl FlowOverrides {
+    pub(crate) fn new(hot: Arc<[AtomicBool]>) -> Self {
+        Self {
+            hot,
+            counted: HashMap::new(),
+            slot_of: HashMap::new(),
+            slots: HashMap::new(),
+            adds: Vec::new(),
+            returns: HashMap::new(),
+            last_ns: 0,
+        }
+    }
+
+    /// The return a frame of `bucket` with hash input `input` belongs to.
+    fn returning(&mut self, bucket: usize, input: &HashInput) -> Option<&mut Return> {
+        self.returns
+            .values_mut()
+            .find(|r| r.bucket == bucket && r.inputs.contains(input))
+    }
+}
+
+/// A flow leaving a bucket for an override slot.
+#[derive(Debug)]
+struct Add {
+    slot: usize,
+    bucket: usize,
+    inputs: Vec<HashInput>,
+    to: usize,
+    bucket_mark: u64,
+    slot_mark: u64,
+    /// Told to stop waiting for the bucket's mark.
+    forced: bool,
+}
+
+/// A flow coming back from an override slot into its bucket.
+#[derive(Debug)]
+struct Return {
+    bucket: usize,
+    inputs: Vec<HashInput>,
+    parked: VecDeque<Parked>,
+}
+
+/// A flow's Toeplitz input, as the fanout program keys its overrides.
+pub(crate) fn hash_input(key: &FlowKey) -> HashInput {
+    let mut input = [0; rsspp_core::flow::MAX_HASH_INPUT];
+    key.hash_input(&mut input);
+    input
 }
 
 /// A worker's result: its report, its network function, its flow states.
@@ -264,10 +423,22 @@ impl<N: NetworkFunction> Core<N> {
             _ => return count(&mut self.report.dropped, "not_ip"),
         };
         // ICMP errors go with the flow they quote (as the fanout program).
-        let hash = self
-            .toeplitz
-            .hash_flow(&headers::steering_key(&key, frame.data));
+        let steering = headers::steering_key(&key, frame.data);
+        let hash = self.toeplitz.hash_flow(&steering);
         let bucket = bucket_of(hash, self.buckets);
+        if let Some(o) = self.overrides.as_mut() {
+            o.last_ns = o.last_ns.max(frame.timestamp_ns);
+            if o.hot[bucket].load(Ordering::Relaxed) {
+                o.counted
+                    .entry(hash_input(&steering))
+                    .or_insert(FlowSeen {
+                        key: steering,
+                        bucket,
+                        packets: 0,
+                    })
+                    .packets += 1;
+            }
+        }
         if let Some(stage) = self.reframe.as_mut() {
             // A bucket leaving this worker skips the stage: its buffered
             // frames were sent on when it began to leave (`flush_bucket`),
@@ -290,6 +461,15 @@ impl<N: NetworkFunction> Core<N> {
                 self.process_due();
                 return;
             }
+        }
+        if self.park_returning(bucket, &steering, || Parked {
+            data: frame.data.to_vec(),
+            wire_len: frame.wire_len,
+            timestamp_ns: frame.timestamp_ns,
+            key,
+            hash,
+        }) {
+            return;
         }
         let mut packet = Packet {
             data: frame.data,
@@ -329,6 +509,203 @@ impl<N: NetworkFunction> Core<N> {
         }
     }
 
+    /// A frame of `bucket` whose flow is coming back from an override here:
+    /// counted as the bucket's (it was steered by the bucket's word) and
+    /// parked until the override's state arrives. False for any other.
+    fn park_returning(
+        &mut self,
+        bucket: usize,
+        steering: &FlowKey,
+        frame: impl FnOnce() -> Parked,
+    ) -> bool {
+        let Some(o) = self.overrides.as_mut() else {
+            return false;
+        };
+        if o.returns.is_empty() {
+            return false;
+        }
+        let Some(r) = o.returning(bucket, &hash_input(steering)) else {
+            return false;
+        };
+        r.parked.push_back(frame());
+        // It counts towards the bucket's mark; the bucket is held here.
+        let _ = self.shard.take(bucket);
+        true
+    }
+
+    /// One frame steered by an override, to completion (no Reframer
+    /// stage: an elephant's frames come back to back anyway).
+    fn override_frame(&mut self, frame: Frame<'_>) {
+        self.report.received += 1;
+        let record = parse_frame(
+            LinkType::Ethernet,
+            frame.data,
+            frame.timestamp_ns,
+            frame.wire_len,
+        );
+        let key = match (record.kind, record.flow) {
+            (FrameKind::Ip, Some(key)) => key,
+            (FrameKind::Malformed, _) => return count(&mut self.report.dropped, "malformed"),
+            _ => return count(&mut self.report.dropped, "not_ip"),
+        };
+        let steering = headers::steering_key(&key, frame.data);
+        let hash = self.toeplitz.hash_flow(&steering);
+        let slot = self.overrides.as_mut().and_then(|o| {
+            o.last_ns = o.last_ns.max(frame.timestamp_ns);
+            let slot = *o.slot_of.get(&hash_input(&steering))?;
+            Some((slot, o.slots.get(&slot)?.0))
+        });
+        let mut packet = Packet {
+            data: frame.data,
+            wire_len: frame.wire_len,
+            key,
+            hash,
+            timestamp_ns: frame.timestamp_ns,
+        };
+        // A slot this worker was never told of: its frame left after the
+        // slot did (a forced handoff), without state.
+        let Some((slot, bucket)) = slot else {
+            self.report.stateless += 1;
+            let verdict = self.nf.process(&mut packet, None);
+            return self.out(&packet, verdict);
+        };
+        let index = self.buckets + slot;
+        match self.shard.take(index) {
+            Take::Process(state) => {
+                let verdict = match (state, &self.shared) {
+                    (Some(table), _) => {
+                        with_table(&mut self.nf, table, bucket, self.buckets, &mut packet)
+                    }
+                    (None, Some(shared)) => {
+                        self.nf.process_flows(&mut packet, &mut SharedFlows(shared))
+                    }
+                    (None, None) => unreachable!("a slot without a table and no shared table"),
+                };
+                self.out(&packet, verdict);
+            }
+            Take::Park => {
+                let parked = Parked {
+                    data: packet.data.to_vec(),
+                    wire_len: packet.wire_len,
+                    timestamp_ns: packet.timestamp_ns,
+                    key,
+                    hash,
+                };
+                self.shard.park(index, parked);
+            }
+            Take::Stray => {
+                self.report.stateless += 1;
+                let verdict = self.nf.process(&mut packet, None);
+                self.out(&packet, verdict);
+            }
+        }
+    }
+
+    /// The bucket whose flows a shard entry holds: itself, or an override
+    /// slot's flow's bucket.
+    fn flow_bucket(&self, index: usize) -> usize {
+        if index < self.buckets {
+            return index;
+        }
+        self.overrides
+            .as_ref()
+            .and_then(|o| o.slots.get(&(index - self.buckets)))
+            .map_or(index, |&(bucket, _)| bucket)
+    }
+
+    /// Takes the entries of the flow of `inputs` out of `bucket`'s table
+    /// into a table of their own (none when the table is shared).
+    fn take_flow(&mut self, bucket: usize, inputs: &[HashInput]) -> BucketState<N::State> {
+        let now = self.overrides.as_ref().map_or(0, |o| o.last_ns);
+        let table = self.shard.state_mut(bucket)?.as_mut()?;
+        let keys: Vec<FlowKey> = table
+            .iter()
+            .map(|(k, _)| *k)
+            .filter(|k| inputs.contains(&hash_input(k)))
+            .collect();
+        let mut own = FlowTable::new(*table.config());
+        for k in keys {
+            let hash = self.toeplitz.hash_flow(&k);
+            if let Some(state) = table.remove(&k, hash) {
+                own.insert(k, hash, now, state);
+            }
+        }
+        Some(own)
+    }
+
+    /// Adds whose bucket reached its mark (or were told to stop waiting):
+    /// the flow's entries leave for the slot's new owner.
+    fn complete_adds(&mut self) {
+        let Some(o) = self.overrides.as_mut() else {
+            return;
+        };
+        if o.adds.is_empty() {
+            return;
+        }
+        let shard = &self.shard;
+        let (ready, waiting): (Vec<Add>, Vec<Add>) = std::mem::take(&mut o.adds)
+            .into_iter()
+            .partition(|a| a.forced || shard.seen(a.bucket).is_none_or(|s| s >= a.bucket_mark));
+        o.adds = waiting;
+        for a in ready {
+            let seen = self.shard.seen(a.bucket).unwrap_or(a.bucket_mark);
+            let state = self.take_flow(a.bucket, &a.inputs);
+            let moving = Moving {
+                bucket: self.buckets + a.slot,
+                from: self.index,
+                to: a.to,
+                mark: a.slot_mark,
+                left_behind: a.bucket_mark.saturating_sub(seen),
+                state,
+            };
+            let _ = self.peers[a.to].send(ToWorker::Moving(moving));
+        }
+    }
+
+    /// An override's state back into its flow's bucket: the entries join
+    /// the bucket's table, then the frames parked for it go through.
+    fn complete_return(&mut self, slot: usize, moving: Moving<BucketState<N::State>>) {
+        let Some(r) = self
+            .overrides
+            .as_mut()
+            .and_then(|o| o.returns.remove(&slot))
+        else {
+            return;
+        };
+        let now = self.overrides.as_ref().map_or(0, |o| o.last_ns);
+        let (index, left_behind) = (moving.bucket, moving.left_behind);
+        if let (Some(own), Some(Some(table))) = (moving.state, self.shard.state_mut(r.bucket)) {
+            for (k, state) in own.into_flows() {
+                let hash = self.toeplitz.hash_flow(&k);
+                table.insert(k, hash, now, state);
+            }
+        }
+        for mut p in r.parked {
+            let mut packet = Packet {
+                data: &mut p.data,
+                wire_len: p.wire_len,
+                key: p.key,
+                hash: p.hash,
+                timestamp_ns: p.timestamp_ns,
+            };
+            let verdict = match (self.shard.state_mut(r.bucket), &self.shared) {
+                (Some(Some(table)), _) => {
+                    with_table(&mut self.nf, table, r.bucket, self.buckets, &mut packet)
+                }
+                (_, Some(shared)) => self.nf.process_flows(&mut packet, &mut SharedFlows(shared)),
+                _ => {
+                    self.report.stateless += 1;
+                    self.nf.process(&mut packet, None)
+                }
+            };
+            self.out(&packet, verdict);
+        }
+        let _ = self.controller.send(ToController::Accepted {
+            bucket: index,
+            left_behind,
+        });
+    }
+
     /// Processes the frames the stage let go, in the order it let them go.
     fn process_due(&mut self) {
         if self.due.is_empty() {
@@ -345,13 +722,25 @@ impl<N: NetworkFunction> Core<N> {
     /// One frame out of the stage, to completion.
     fn held_frame(&mut self, f: HeldFrame) {
         let HeldFrame {
-            mut data,
+            data,
             wire_len,
             timestamp_ns,
             key,
             hash,
             bucket,
         } = f;
+        let steering = headers::steering_key(&key, &data);
+        let mut taken = Some(data);
+        if self.park_returning(bucket, &steering, || Parked {
+            data: taken.take().expect("taken once"),
+            wire_len,
+            timestamp_ns,
+            key,
+            hash,
+        }) {
+            return;
+        }
+        let mut data = taken.expect("not parked");
         let mut packet = Packet {
             data: &mut data,
             wire_len,
@@ -428,6 +817,15 @@ impl<N: NetworkFunction> Core<N> {
         }
     }
 
+    /// The stage's counts and the frames it holds; once the final drain
+    /// took the stage, its last counts.
+    fn reframer_live(&self) -> Option<(ReframerReport, u64)> {
+        match &self.reframe {
+            Some(stage) => Some((stage.report(), stage.held())),
+            None => self.report.reframer.map(|r| (r, 0)),
+        }
+    }
+
     /// Frames held in the stage.
     fn reframe_held(&self) -> u64 {
         self.reframe.as_ref().map_or(0, ReframeStage::held)
@@ -446,6 +844,7 @@ impl<N: NetworkFunction> Core<N> {
 
     /// Processes the frames parked for a bucket just taken over.
     fn replay(&mut self, bucket: usize, parked: impl IntoIterator<Item = Parked>) {
+        let flows_of = self.flow_bucket(bucket);
         for mut p in parked {
             let mut packet = Packet {
                 data: &mut p.data,
@@ -456,7 +855,7 @@ impl<N: NetworkFunction> Core<N> {
             };
             let verdict = match self.shard.take(bucket) {
                 Take::Process(Some(table)) => {
-                    with_table(&mut self.nf, table, bucket, self.buckets, &mut packet)
+                    with_table(&mut self.nf, table, flows_of, self.buckets, &mut packet)
                 }
                 Take::Process(None) => {
                     let shared = self.shared.as_ref().expect("shared table");
@@ -471,9 +870,23 @@ impl<N: NetworkFunction> Core<N> {
     /// Sends the states that left to their new owners (or keeps them, in
     /// the final drain).
     fn deliver(&mut self) {
+        self.complete_adds();
         self.shard.settle();
         let released: Vec<_> = self.shard.take_released().collect();
         for m in released {
+            let slot = m.bucket.checked_sub(self.buckets);
+            if let (Some(slot), Some(o)) = (slot, self.overrides.as_mut()) {
+                // The slot's frames stop coming here.
+                if let Some((_, inputs)) = o.slots.remove(&slot) {
+                    for i in inputs {
+                        o.slot_of.remove(&i);
+                    }
+                }
+                if o.returns.contains_key(&slot) && m.to == self.index {
+                    self.complete_return(slot, m);
+                    continue;
+                }
+            }
             if m.to == self.index {
                 self.finished.push((m.bucket, m.state));
             } else {
@@ -513,8 +926,92 @@ impl<N: NetworkFunction> Core<N> {
                 }
             }
             ToWorker::Force { bucket } => {
-                self.reframe_flush_bucket(bucket);
-                self.shard.force(bucket);
+                let slot = bucket.checked_sub(self.buckets);
+                let add = self
+                    .overrides
+                    .as_mut()
+                    .and_then(|o| o.adds.iter_mut().find(|a| Some(a.slot) == slot));
+                match add {
+                    Some(a) => a.forced = true,
+                    None => {
+                        self.reframe_flush_bucket(bucket);
+                        self.shard.force(bucket);
+                    }
+                }
+            }
+            ToWorker::ExpectFlow {
+                slot,
+                bucket,
+                inputs,
+            } => match (
+                self.overrides.as_mut(),
+                self.shard.expect(self.buckets + slot),
+            ) {
+                (Some(o), Ok(())) => {
+                    for &i in &inputs {
+                        o.slot_of.insert(i, slot);
+                    }
+                    o.slots.insert(slot, (bucket, inputs));
+                    let _ = self
+                        .controller
+                        .send(ToController::Expecting { worker: self.index });
+                }
+                (None, _) => self.refused("an override without overrides"),
+                (_, Err(e)) => self.refused(e),
+            },
+            ToWorker::AddRelease {
+                slot,
+                bucket,
+                inputs,
+                to,
+                bucket_mark,
+                slot_mark,
+            } => match self.overrides.as_mut() {
+                Some(o) if self.shard.seen(bucket).is_some() => o.adds.push(Add {
+                    slot,
+                    bucket,
+                    inputs,
+                    to,
+                    bucket_mark,
+                    slot_mark,
+                    forced: false,
+                }),
+                _ => self.refused(format!(
+                    "worker {}: an override from bucket {bucket}, not held here",
+                    self.index
+                )),
+            },
+            ToWorker::ExpectReturn {
+                slot,
+                bucket,
+                inputs,
+            } => match self.overrides.as_mut() {
+                Some(o) if self.shard.seen(bucket).is_some() => {
+                    o.returns.insert(
+                        slot,
+                        Return {
+                            bucket,
+                            inputs,
+                            parked: VecDeque::new(),
+                        },
+                    );
+                    let _ = self
+                        .controller
+                        .send(ToController::Expecting { worker: self.index });
+                }
+                _ => self.refused(format!(
+                    "worker {}: an override back into bucket {bucket}, not held here",
+                    self.index
+                )),
+            },
+            ToWorker::Moving(m)
+                if m.bucket >= self.buckets
+                    && self
+                        .overrides
+                        .as_ref()
+                        .is_some_and(|o| o.returns.contains_key(&(m.bucket - self.buckets))) =>
+            {
+                self.complete_return(m.bucket - self.buckets, m);
             }
             ToWorker::Moving(m) => {
                 let (bucket, left_behind) = (m.bucket, m.left_behind);
@@ -555,6 +1052,7 @@ impl<N: NetworkFunction> Worker<N> {
             index,
             cpu,
             mut ring,
+            mut override_ring,
             mut core,
             rx,
         } = self;
@@ -593,14 +1091,21 @@ impl<N: NetworkFunction> Worker<N> {
                 core.realtime_to_monotonic = i128::from(core.now) - i128::from(real);
             }
             let mut n = ring.next_batch(|frame| core.frame(frame));
+            if let Some(r) = override_ring.as_mut() {
+                n += r.next_batch(|frame| core.override_frame(frame));
+            }
             let now = monotonic_ns();
             if core.reframe_advance(now) {
                 // Frames processed: work, like a block.
                 n = n.max(1);
             }
             if now.saturating_sub(published) >= PUBLISH_NS {
-                ring_drops += ring.drops();
-                core.clock.publish(&core.report, ring_drops);
+                ring_drops += ring.drops() + override_ring.as_mut().map_or(0, Rx::drops);
+                if let Some(o) = core.overrides.as_mut() {
+                    core.clock.publish_flows(&mut o.counted);
+                }
+                core.clock
+                    .publish(&core.report, ring_drops, core.reframer_live());
                 published = now;
             }
             // Time since `last` (messages, this block) was work when a block
@@ -632,7 +1137,8 @@ impl<N: NetworkFunction> Worker<N> {
                     // the ring is empty, so sleep until the controller (or
                     // a peer handing a bucket over) says something.
                     core.report.slept += 1;
-                    core.clock.publish(&core.report, ring_drops);
+                    core.clock
+                        .publish(&core.report, ring_drops, core.reframer_live());
                     tracing::debug!("worker {index} (CPU {cpu}) holds no bucket: asleep");
                     woken_by = rx.recv().ok();
                     let woke = monotonic_ns();
@@ -650,9 +1156,9 @@ impl<N: NetworkFunction> Worker<N> {
                 if core.reframe_held() > 0 {
                     // Frames due within T_buff (≤ 10 ms): poll without
                     // sleeping past their deadline (poll's unit is 1 ms).
-                    ring.wait(0);
+                    ring.wait_with(override_ring.as_ref(), 0);
                 } else {
-                    ring.wait(1);
+                    ring.wait_with(override_ring.as_ref(), 1);
                 }
                 let waited = monotonic_ns();
                 core.clock
@@ -663,8 +1169,9 @@ impl<N: NetworkFunction> Worker<N> {
             }
             last = now;
         }
-        ring_drops += ring.drops();
-        core.clock.publish(&core.report, ring_drops);
+        ring_drops += ring.drops() + override_ring.as_mut().map_or(0, Rx::drops);
+        core.clock
+            .publish(&core.report, ring_drops, core.reframer_live());
         if ring_drops > 0 {
             core.report.dropped.insert("ring_full".into(), ring_drops);
         }
@@ -689,9 +1196,15 @@ impl<N: NetworkFunction> Worker<N> {
             shard,
             mut report,
             mut finished,
+            overrides,
             ..
         } = core;
-        let (states, parked) = shard.into_parts();
+        let (states, mut parked) = shard.into_parts();
+        if let Some(o) = overrides {
+            // Flows whose override never came back (cannot happen: the
+            // controller waits for every handoff before the end).
+            parked.extend(o.returns.into_values().flat_map(|r| r.parked));
+        }
         if !parked.is_empty() {
             *report.dropped.entry("stranded".into()).or_insert(0) += parked.len() as u64;
         }

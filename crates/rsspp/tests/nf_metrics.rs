@@ -248,3 +248,110 @@ fn nf_serves_the_daemons_metrics_and_top_reads_them() {
     let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(summary["received"].as_f64().unwrap() >= received);
 }
+
+#[test]
+fn reframe_serves_the_reframer_series() {
+    if !ready() {
+        return;
+    }
+    const PORT: u16 = 19_475;
+    let dir = Scratch(
+        std::env::temp_dir().join(format!("rsspp-nf-metrics-reframe-{}", std::process::id())),
+    );
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let trace = dir.0.join("trace.pcap");
+    let status = Command::new(RSSPP)
+        .args(["trace", "gen", "--preset", "campus", "--duration", "0.1"])
+        .arg("--output")
+        .arg(&trace)
+        .status()
+        .unwrap();
+    assert!(status.success());
+
+    let ns = Netns::with_veth("nfmr");
+    ns.ip(&["link", "set", "lo", "up"]);
+    let mut reframe = Reaped(Some(
+        Command::new("ip")
+            .args(["netns", "exec", &ns.name, RSSPP, "reframe", "--in", "veth1"])
+            .args(["--out", "lo", "--buffer-us", "2000", "--cpu", "1"])
+            .args(["--duration", "6", "--json"])
+            .args(["--metrics-addr", &format!("127.0.0.1:{PORT}")])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ));
+    let url = format!("http://127.0.0.1:{PORT}/metrics");
+    let get = || {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &ns.name, "curl", "-sf", "--max-time", "2"])
+            .arg(&url)
+            .output()
+            .expect("curl");
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while get().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "rsspp reframe never served metrics"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut replay = Reaped(Some(
+        Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &ns.name,
+                "tcpreplay",
+                "-q",
+                "--pps",
+                "25000",
+            ])
+            .args(["-i", "veth0"])
+            .arg(&trace)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tcpreplay (scripts/test-deps installs it)"),
+    ));
+    std::thread::sleep(Duration::from_millis(1500));
+    let text = get().expect("metrics while the traffic flows");
+    let m = samples(&text);
+    let buffered = m[&format!("rsspp_reframer_buffered_packets_total{{{IF}}}")];
+    assert!(
+        buffered > 5_000.0,
+        "buffered {buffered} after 1.5 s at 25 kpps"
+    );
+    assert!(m.contains_key(&format!("rsspp_reframer_held_packets{{{IF}}}")));
+    let flushes = sum(&m, "rsspp_reframer_flushes_total");
+    let timeouts = m[&format!("rsspp_reframer_flushes_total{{{IF},reason=\"timeout\"}}")];
+    assert!(
+        timeouts > 0.0 && flushes >= timeouts,
+        "{flushes} {timeouts}"
+    );
+    // The stage regroups the interleaved flows: longer runs out than in.
+    let slf_in = m[&format!("rsspp_reframer_slf{{{IF},stream=\"in\"}}")];
+    let slf_out = m[&format!("rsspp_reframer_slf{{{IF},stream=\"out\"}}")];
+    assert!(
+        slf_in >= 1.0 && slf_out > slf_in,
+        "SLF in {slf_in} out {slf_out}"
+    );
+    match promtool(&text) {
+        Some((ok, said)) => assert!(ok && said.trim().is_empty(), "promtool: {said}"),
+        None => eprintln!("promtool not found (Debian package prometheus): not checked"),
+    }
+    let replayed = replay.wait();
+    assert!(replayed.status.success());
+    let out = reframe.wait();
+    assert!(
+        out.status.success(),
+        "rsspp reframe: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(summary["reframer"]["buffered"].as_f64().unwrap() >= buffered);
+}

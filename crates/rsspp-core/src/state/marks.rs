@@ -401,6 +401,29 @@ impl<S, P> Shard<S, P> {
         }
     }
 
+    /// The number of `bucket`'s next packet while this core holds it (owned
+    /// or leaving): how many of its packets the core has taken, counted
+    /// from the first steering point's count it was given. `None` when it
+    /// does not hold it. A data path that moves part of a bucket's state
+    /// elsewhere at a mark of the bucket's own (a flow given a steering of
+    /// its own) waits until this reaches it.
+    pub fn seen(&self, bucket: usize) -> Option<u64> {
+        match self.slots.get(bucket)? {
+            Slot::Owned { seen, .. } | Slot::Releasing { seen, .. } => Some(*seen),
+            Slot::Absent | Slot::Waiting { .. } => None,
+        }
+    }
+
+    /// The state of `bucket` while this core holds it (owned or leaving),
+    /// without counting a packet: for a data path that takes part of it
+    /// out (see [`seen`](Self::seen)) or puts some back.
+    pub fn state_mut(&mut self, bucket: usize) -> Option<&mut S> {
+        match self.slots.get_mut(bucket)? {
+            Slot::Owned { state, .. } | Slot::Releasing { state, .. } => Some(state),
+            Slot::Absent | Slot::Waiting { .. } => None,
+        }
+    }
+
     /// Parks a packet of `bucket` after [`Take::Park`].
     ///
     /// # Panics
@@ -492,6 +515,24 @@ mod tests {
         assert_eq!(b.stats().accepted, 1);
         assert!(a.is_settled() && b.is_settled());
         assert!(matches!(a.take(1), Take::Stray));
+    }
+
+    #[test]
+    fn seen_counts_a_held_buckets_packets_from_its_mark() {
+        let mut a: Shard<u32, ()> = Shard::new(0, 3, |b| (b == 1).then_some((0, 5)));
+        assert_eq!(a.seen(1), Some(5));
+        for _ in 0..3 {
+            assert!(matches!(a.take(1), Take::Process(_)));
+        }
+        assert_eq!(a.seen(1), Some(8));
+        a.release(1, 1, 10, false).unwrap();
+        assert_eq!(a.seen(1), Some(8), "leaving, still held");
+        assert_eq!((a.seen(0), a.seen(7)), (None, None));
+        a.expect(2).unwrap();
+        assert_eq!(a.seen(2), None, "arriving, not held yet");
+        *a.state_mut(1).unwrap() = 4;
+        assert_eq!(a.seen(1), Some(8), "a state reached without a packet");
+        assert!(a.state_mut(2).is_none());
     }
 
     #[test]

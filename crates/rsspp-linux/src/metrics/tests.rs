@@ -32,6 +32,16 @@ fn snapshot() -> MetricsSnapshot {
     s.migrations_total = 7;
     s.overrides = Some(2);
     s.elephants_moved_total = 3;
+    s.reframer = Some(ReframerMetrics {
+        buffered_total: 900,
+        held: 12,
+        flush_timeout: 40,
+        flush_burst: 3,
+        flush_bypass: 2,
+        flush_early: 1,
+        slf_in: 1.25,
+        slf_out: 9.5,
+    });
     s.rounds_total = 42;
     s.interval_seconds = 0.1;
     for us in [0.5, 3.0, 3.0, 40.0, 20_000.0] {
@@ -89,6 +99,10 @@ fn every_family_has_help_and_the_right_type() {
         (names::REBALANCE_SECONDS, "histogram"),
         (names::OVERRIDES, "gauge"),
         (names::ELEPHANTS_MOVED_TOTAL, "counter"),
+        (names::REFRAMER_BUFFERED_TOTAL, "counter"),
+        (names::REFRAMER_HELD, "gauge"),
+        (names::REFRAMER_FLUSHES_TOTAL, "counter"),
+        (names::REFRAMER_SLF, "gauge"),
     ];
     assert_eq!(types.len(), expected.len());
     for (name, kind) in expected {
@@ -218,6 +232,50 @@ fn override_series_only_with_overrides() {
     );
     let text = render(&MetricsSnapshot::new("lo", "hardware"));
     assert!(!text.contains(names::OVERRIDES), "{text}");
+}
+
+#[test]
+fn reframer_series_only_with_a_reframer() {
+    const IF: &str = "iface=\"veth-rsspp0\"";
+    let (_, samples) = parse(&render(&snapshot()));
+    for (series, v) in [
+        (format!("{}{{{IF}}}", names::REFRAMER_BUFFERED_TOTAL), "900"),
+        (format!("{}{{{IF}}}", names::REFRAMER_HELD), "12"),
+        (
+            format!(
+                "{}{{{IF},reason=\"timeout\"}}",
+                names::REFRAMER_FLUSHES_TOTAL
+            ),
+            "40",
+        ),
+        (
+            format!("{}{{{IF},reason=\"burst\"}}", names::REFRAMER_FLUSHES_TOTAL),
+            "3",
+        ),
+        (
+            format!(
+                "{}{{{IF},reason=\"bypass\"}}",
+                names::REFRAMER_FLUSHES_TOTAL
+            ),
+            "2",
+        ),
+        (
+            format!("{}{{{IF},reason=\"early\"}}", names::REFRAMER_FLUSHES_TOTAL),
+            "1",
+        ),
+        (
+            format!("{}{{{IF},stream=\"in\"}}", names::REFRAMER_SLF),
+            "1.25",
+        ),
+        (
+            format!("{}{{{IF},stream=\"out\"}}", names::REFRAMER_SLF),
+            "9.5",
+        ),
+    ] {
+        assert_eq!(value_of(&samples, &series), v, "{series}");
+    }
+    let text = render(&MetricsSnapshot::new("lo", "afpacket"));
+    assert!(!text.contains("rsspp_reframer"), "{text}");
 }
 
 #[test]

@@ -9,12 +9,28 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
+use rsspp_core::orss::OverrideConfig;
 use rsspp_core::RssKey;
 use rsspp_linux::cpu::CpuList;
 use rsspp_runtime::nf::{dpi, firewall::Rules, nat};
-use rsspp_runtime::{Backend, Chain, ChainConfig, Config, Moves, TableMode};
+use rsspp_runtime::{Backend, Chain, ChainConfig, Config, LoadSource, Moves, TableMode};
 
 use crate::error::CliError;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum LoadArg {
+    /// Each worker's busy time over busy + idle.
+    Busy,
+    /// The workers' busy time shared in proportion to the frames each
+    /// took: balances frame rates (as `rsspp run --load-source packets`).
+    Packets,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum OnOff {
+    On,
+    Off,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum BackendArg {
@@ -128,6 +144,19 @@ pub struct NfArgs {
     /// Do not rebalance (the table changes only by --churn).
     #[arg(long)]
     no_balance: bool,
+    /// What the rebalancer balances.
+    #[arg(long, value_enum, default_value_t = LoadArg::Busy)]
+    load_source: LoadArg,
+    /// Per-flow overrides inside the buckets (elephants), as `rsspp run`'s:
+    /// flows are counted one by one in the heaviest buckets, and elephants
+    /// sharing a bucket get workers of their own, their state and order
+    /// kept, with oRSS's balancer rules (default: on with the afpacket
+    /// backend and rebalancing, off otherwise).
+    #[arg(long, value_enum, value_name = "on|off")]
+    elephants: Option<OnOff>,
+    /// Most flows steered on their own at once.
+    #[arg(long, default_value_t = OverrideConfig::default().max_overrides, value_name = "N")]
+    max_overrides: usize,
     /// Buckets in the indirection table (a power of two).
     #[arg(long, default_value_t = 128, value_name = "N")]
     buckets: usize,
@@ -289,6 +318,10 @@ fn check(args: &NfArgs) -> Result<Config, CliError> {
         MovesArg::Immediate => Moves::Immediate,
     };
     config.balance = !args.no_balance;
+    config.load = match args.load_source {
+        LoadArg::Busy => LoadSource::Busy,
+        LoadArg::Packets => LoadSource::Packets,
+    };
     config.churn = args.churn;
     config.churn_seed = args.churn_seed;
     config.buckets = args.buckets;
@@ -300,6 +333,7 @@ fn check(args: &NfArgs) -> Result<Config, CliError> {
         .map(|us| super::reframe::reframer_config("--reframer", us))
         .transpose()?;
     config.metrics = metrics_addr(args)?;
+    config.elephants = elephants(args)?;
     config.control.balance.autoscale = args.autoscale;
     config.control.balance.target_load = args.target_load;
     // A runtime may sleep down to one worker (the daemon keeps two CPUs).
@@ -314,6 +348,39 @@ fn check(args: &NfArgs) -> Result<Config, CliError> {
         })
     })?;
     Ok(config)
+}
+
+/// The overrides' settings: `--elephants`, or its default (on where
+/// overrides can be: the afpacket backend, rebalancing).
+fn elephants(args: &NfArgs) -> Result<Option<OverrideConfig>, CliError> {
+    let possible = args.backend == BackendArg::Afpacket && !args.no_balance;
+    let on = match args.elephants {
+        Some(OnOff::On) if args.backend != BackendArg::Afpacket => return Err(CliError::Invalid(
+            "--elephants on needs --backend afpacket (the afxdp backend has no per-flow overrides)"
+                .into(),
+        )),
+        Some(OnOff::On) if args.no_balance => {
+            return Err(CliError::Invalid(
+                "--elephants on balances flows: it cannot go with --no-balance".into(),
+            ))
+        }
+        Some(OnOff::On) => true,
+        Some(OnOff::Off) => false,
+        None => possible,
+    };
+    let config = OverrideConfig {
+        max_overrides: args.max_overrides,
+        ..OverrideConfig::default()
+    };
+    config.validate().map_err(|e| {
+        CliError::setting(e, |setting| match setting {
+            rsspp_core::Setting::MaxOverrides => {
+                Some(("--max-overrides", args.max_overrides.to_string()))
+            }
+            _ => None,
+        })
+    })?;
+    Ok(on.then_some(config))
 }
 
 /// `--metrics-addr` unless `--no-metrics`.
@@ -363,7 +430,7 @@ pub fn run(args: &NfArgs) -> Result<(), CliError> {
         let dropped: u64 = s.dropped.values().sum();
         writeln!(
             stdout,
-            "received {}, forwarded {}, dropped {} {:?}, {} bucket moves in {} rounds ({} drained, {} early){}{}",
+            "received {}, forwarded {}, dropped {} {:?}, {} bucket moves in {} rounds ({} drained, {} early){}{}{}",
             s.received,
             s.forwarded,
             dropped,
@@ -383,6 +450,13 @@ pub fn run(args: &NfArgs) -> Result<(), CliError> {
             s.reframer
                 .as_ref()
                 .map(|r| format!("; {}", super::reframe::describe(r)))
+                .unwrap_or_default(),
+            s.elephants
+                .as_ref()
+                .map(|e| format!(
+                    "; elephants: {} moved, {} overrides freed, {} in use (at most {})",
+                    e.moved, e.freed, e.overrides, e.max_overrides
+                ))
                 .unwrap_or_default()
         )
     };

@@ -21,7 +21,8 @@ use crate::error::CliError;
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:\n  \
 rsspp reframe --in eth0 --out eth1 --buffer-us 200\n  \
-rsspp reframe --in veth1 --out veth2 --buffer-us 500 --duration 10 --json")]
+rsspp reframe --in veth1 --out veth2 --buffer-us 500 --duration 10 --json\n  \
+rsspp reframe --in eth0 --out eth1 --buffer-us 200 --metrics-addr 127.0.0.1:9465")]
 pub struct ReframeArgs {
     /// Interface to receive from.
     #[arg(long = "in", value_name = "IFACE")]
@@ -45,6 +46,10 @@ pub struct ReframeArgs {
     /// Print the summary as JSON on exit.
     #[arg(long)]
     json: bool,
+    /// Serve `rsspp nf`'s metrics here (Prometheus text format, /metrics),
+    /// the Reframer's series among them (default: none).
+    #[arg(long, value_name = "ADDR")]
+    metrics_addr: Option<String>,
 }
 
 /// What `rsspp reframe --json` prints.
@@ -131,6 +136,17 @@ pub fn run(args: &ReframeArgs) -> Result<(), CliError> {
     config.balance = false;
     config.duration = duration;
     config.reframer = Some(reframer);
+    config.metrics = args
+        .metrics_addr
+        .as_deref()
+        .map(|a| {
+            a.parse().map_err(|_| {
+                CliError::Invalid(format!(
+                    "--metrics-addr {a:?} is not an address:port (e.g. 127.0.0.1:9464)"
+                ))
+            })
+        })
+        .transpose()?;
     let stop = Arc::new(AtomicBool::new(false));
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     for signal in [SIGINT, SIGTERM, SIGHUP] {

@@ -1,0 +1,406 @@
+//! Elephants inside buckets in `rsspp nf` (root; CI is root).
+//!
+//! In a namespace made for the test, tcpreplay (pinned to one CPU, so
+//! that the kernel delivers its frames in the order sent) writes UDP frames
+//! into veth0: two elephant flows that hash to the same bucket (35% of the
+//! frames each) among 256 mice (30%), each frame carrying its flow's
+//! sequence number. `rsspp nf --chain monitor` on two workers forwards
+//! veth1's frames through veth2 to veth3, where tcpdump records them.
+//!
+//! The rebalancer balances frame rates (`--load-source packets`): a debug
+//! build's workers at 20 000 frames a second are busy 2% of the time, and
+//! that busy time is mostly noise on a shared host.
+//!
+//! - `--elephants off`: RSS++ moves whole buckets, so the two elephants
+//!   stay together: one worker takes more than twice the other's frames.
+//! - `--elephants on` (the default): one elephant gets an override to the
+//!   other worker, its state with it; over the last seconds the workers'
+//!   frame counts are within 10%, no frame of any flow came out after a
+//!   later one of its flow, and the monitor has one record per flow with
+//!   as many frames as were sent (no state lost or duplicated).
+//!
+//! The counts are the workers' `rsspp_cpu_packets_total`, over three
+//! one-second windows from 4 s on; the window of median ratio is judged:
+//! on a shared host a stalled CPU or sender skews one window now and then.
+
+#[path = "../../rsspp-linux/tests/common/netns.rs"]
+#[allow(dead_code)]
+mod netns;
+#[path = "common/nf.rs"]
+#[allow(dead_code)]
+mod nf_common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use netns::Netns;
+use nf_common::{ready, Reaped, Scratch};
+use rsspp_core::{bucket_of, Toeplitz};
+
+const RSSPP: &str = env!("CARGO_BIN_EXE_rsspp");
+const BUCKETS: usize = 128;
+const MICE: u32 = 256;
+const PORT: u16 = 9_000;
+/// Frames per second tcpreplay sends, and for how long.
+const PPS: u32 = 20_000;
+const SECONDS: u32 = 8;
+
+/// Flow `flow`'s source address and port.
+fn source(flow: u32) -> ([u8; 4], u16) {
+    ([10, 1, (flow >> 8) as u8, flow as u8], 20_000 + flow as u16)
+}
+
+fn bucket(flow: u32) -> usize {
+    let (src, sport) = source(flow);
+    let h = Toeplitz::default().hash_ipv4(src, [10, 0, 0, 2], sport, PORT);
+    bucket_of(h, BUCKETS)
+}
+
+/// Two flows numbered from 1000 up whose bucket is the same.
+fn elephant_flows() -> [u32; 2] {
+    let mut first_of: BTreeMap<usize, u32> = BTreeMap::new();
+    for flow in 1000.. {
+        if let Some(&other) = first_of.get(&bucket(flow)) {
+            return [other, flow];
+        }
+        first_of.insert(bucket(flow), flow);
+    }
+    unreachable!()
+}
+
+fn ip_checksum(header: &[u8]) -> u16 {
+    let mut sum: u32 = header
+        .chunks(2)
+        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// Ethernet, IPv4 (source of `flow`) -> 10.0.0.2, UDP -> PORT, payload:
+/// flow and sequence number.
+fn frame(flow: u32, seq: u32) -> [u8; 60] {
+    let (saddr, sport) = source(flow);
+    let mut f = [0u8; 60];
+    f[0..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 2]);
+    f[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 1]);
+    f[12..14].copy_from_slice(&[0x08, 0x00]);
+    let ip = &mut f[14..34];
+    ip[0] = 0x45;
+    ip[2..4].copy_from_slice(&(20u16 + 8 + 8).to_be_bytes());
+    ip[4..6].copy_from_slice(&(seq as u16).to_be_bytes());
+    ip[8] = 64;
+    ip[9] = 17;
+    ip[12..16].copy_from_slice(&saddr);
+    ip[16..20].copy_from_slice(&[10, 0, 0, 2]);
+    let sum = ip_checksum(ip);
+    ip[10..12].copy_from_slice(&sum.to_be_bytes());
+    let udp = &mut f[34..42];
+    udp[0..2].copy_from_slice(&sport.to_be_bytes());
+    udp[2..4].copy_from_slice(&PORT.to_be_bytes());
+    udp[4..6].copy_from_slice(&16u16.to_be_bytes());
+    f[42..46].copy_from_slice(&flow.to_be_bytes());
+    f[46..50].copy_from_slice(&seq.to_be_bytes());
+    f
+}
+
+/// The trace: of every 20 frames, 7 of each elephant and 6 mice in turn;
+/// returns the frames sent per flow.
+fn write_trace(path: &Path, big: [u32; 2]) -> BTreeMap<u32, u64> {
+    let total = u64::from(PPS) * u64::from(SECONDS);
+    let mut out = Vec::with_capacity(24 + total as usize * 76);
+    for v in [0xa1b2_c3d4u32, 0x0004_0002, 0, 0, 65_535, 1] {
+        if v == 0x0004_0002 {
+            out.extend_from_slice(&2u16.to_le_bytes());
+            out.extend_from_slice(&4u16.to_le_bytes());
+        } else {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    let mut seqs: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut mouse = 0;
+    for i in 0..total {
+        let flow = match i % 20 {
+            0..=6 => big[0],
+            7..=13 => big[1],
+            _ => {
+                mouse = (mouse + 1) % MICE;
+                mouse
+            }
+        };
+        let seq = seqs.entry(flow).or_insert(0);
+        let f = frame(flow, *seq as u32);
+        *seq += 1;
+        let us = i * 1_000_000 / u64::from(PPS);
+        for v in [(us / 1_000_000) as u32, (us % 1_000_000) as u32, 60, 60] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out.extend_from_slice(&f);
+    }
+    std::fs::write(path, out).unwrap();
+    seqs
+}
+
+/// Per flow, the sequence numbers of the frames in a capture, in order.
+fn captured(path: &Path) -> HashMap<u32, Vec<u32>> {
+    let bytes = std::fs::read(path).unwrap();
+    assert_eq!(bytes[..4], [0xd4, 0xc3, 0xb2, 0xa1], "a little-endian pcap");
+    let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
+    let mut flows: HashMap<u32, Vec<u32>> = HashMap::new();
+    let mut at = 24;
+    while at + 16 <= bytes.len() {
+        let caplen = u32_at(at + 8) as usize;
+        let f = &bytes[at + 16..at + 16 + caplen];
+        at += 16 + caplen;
+        if f.len() >= 50 && f[12..14] == [0x08, 0x00] && f[23] == 17 {
+            let flow = u32::from_be_bytes(f[42..46].try_into().unwrap());
+            let seq = u32::from_be_bytes(f[46..50].try_into().unwrap());
+            flows.entry(flow).or_default().push(seq);
+        }
+    }
+    flows
+}
+
+/// Frames of each flow that came out after a later one of their flow.
+fn reordered(got: &HashMap<u32, Vec<u32>>) -> u64 {
+    got.values()
+        .map(|seqs| {
+            let mut highest = None;
+            let mut late = 0;
+            for &s in seqs {
+                if highest.is_some_and(|h| s < h) {
+                    late += 1;
+                }
+                highest = highest.max(Some(s));
+            }
+            late
+        })
+        .sum()
+}
+
+/// The workers' frames so far, by CPU 0 and 1.
+fn cpu_packets(ns: &Netns, port: u16) -> [f64; 2] {
+    let m = ns
+        .scrape_metrics(port)
+        .expect("metrics while the traffic flows");
+    [0, 1].map(|cpu| {
+        m.get(&format!(
+            "rsspp_cpu_packets_total{{iface=\"veth1\",cpu=\"{cpu}\"}}"
+        ))
+        .copied()
+        .unwrap_or(f64::NAN)
+    })
+}
+
+fn ratio([a, b]: [f64; 2]) -> f64 {
+    a.max(b) / a.min(b).max(1.0)
+}
+
+struct Run {
+    summary: serde_json::Value,
+    /// Per-worker frames in each one-second window.
+    windows: Vec<[f64; 2]>,
+    got: HashMap<u32, Vec<u32>>,
+    /// The monitor's records: per flow (by source port), each record's
+    /// frames.
+    monitor: BTreeMap<u16, Vec<u64>>,
+    stderr: String,
+}
+
+impl Run {
+    /// The ratio of the window of median ratio, of windows that carried
+    /// the traffic (a stalled scrape would show none and pass for balance).
+    fn ratio(&self) -> f64 {
+        for w in &self.windows {
+            assert!(
+                w[0] + w[1] > f64::from(PPS) / 2.0,
+                "a window without the traffic: {:?}\n{}",
+                self.windows,
+                self.stderr
+            );
+        }
+        let mut r: Vec<f64> = self.windows.iter().copied().map(ratio).collect();
+        r.sort_by(f64::total_cmp);
+        r[r.len() / 2]
+    }
+}
+
+fn run(elephants: &str, port: u16, trace: &Path, dir: &Path) -> Run {
+    let flows_out = dir.join(format!("flows-{elephants}.jsonl"));
+    let capture = dir.join(format!("out-{elephants}.pcap"));
+    let ns = Netns::with_veth(&format!("nfe{elephants}"));
+    ns.ip(&["link", "set", "lo", "up"]);
+    ns.ip(&[
+        "link", "add", "veth2", "type", "veth", "peer", "name", "veth3",
+    ]);
+    ns.ip(&["link", "set", "veth2", "up"]);
+    ns.ip(&["link", "set", "veth3", "up"]);
+    let mut tcpdump = Reaped(Some(
+        Command::new("ip")
+            .args(["netns", "exec", &ns.name, "tcpdump", "-i", "veth3", "-n"])
+            .args(["-Q", "in", "-B", "65536", "-U", "-w"])
+            .arg(&capture)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tcpdump (scripts/test-deps installs it)"),
+    ));
+    let mut nf = Reaped(Some(
+        Command::new("ip")
+            .args([
+                "netns", "exec", &ns.name, RSSPP, "-v", "nf", "--in", "veth1",
+            ])
+            .args(["--out", "veth2", "--cpus", "0,1", "--chain", "monitor"])
+            .args(["--elephants", elephants, "--load-source", "packets"])
+            .args(["--duration", &(SECONDS + 3).to_string(), "--json"])
+            .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+            .arg("--flows-out")
+            .arg(&flows_out)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ));
+    // The exporter answers before the fanout group exists; a round was run
+    // after it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let rounds = "rsspp_rounds_total{iface=\"veth1\"}";
+    while ns
+        .scrape_metrics(port)
+        .and_then(|m| m.get(rounds).copied())
+        .is_none_or(|r| r < 1.0)
+    {
+        assert!(Instant::now() < deadline, "rsspp nf never started");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut replay = Reaped(Some(
+        Command::new("ip")
+            .args(["netns", "exec", &ns.name, "taskset", "-c", "0", "tcpreplay"])
+            .args(["-q", "--pps", &PPS.to_string(), "-i", "veth0"])
+            .arg(trace)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tcpreplay (scripts/test-deps installs it)"),
+    ));
+    // Three one-second windows from 4 s on.
+    std::thread::sleep(Duration::from_secs(4));
+    let mut scrapes = vec![cpu_packets(&ns, port)];
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_secs(1));
+        scrapes.push(cpu_packets(&ns, port));
+    }
+    let windows = scrapes
+        .windows(2)
+        .map(|w| [w[1][0] - w[0][0], w[1][1] - w[0][1]])
+        .collect();
+    let replayed = replay.0.take().unwrap().wait_with_output().unwrap();
+    assert!(
+        replayed.status.success(),
+        "tcpreplay: {}",
+        String::from_utf8_lossy(&replayed.stderr)
+    );
+    let out = nf.0.take().unwrap().wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "rsspp nf: {stderr}");
+    std::thread::sleep(Duration::from_millis(300));
+    let dump = tcpdump.stop().unwrap();
+    let dump_err = String::from_utf8_lossy(&dump.stderr);
+    assert!(
+        dump_err
+            .lines()
+            .any(|l| l.trim() == "0 packets dropped by kernel"),
+        "the receiver lost frames itself: {dump_err}"
+    );
+    let summary: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("summary: {e}: {stderr}"));
+    let mut monitor: BTreeMap<u16, Vec<u64>> = BTreeMap::new();
+    for line in std::fs::read_to_string(&flows_out).unwrap().lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        monitor
+            .entry(v["sport"].as_u64().unwrap() as u16)
+            .or_default()
+            .push(v["packets"].as_u64().unwrap());
+    }
+    Run {
+        summary,
+        windows,
+        got: captured(&capture),
+        monitor,
+        stderr,
+    }
+}
+
+#[test]
+fn two_elephants_in_one_bucket_get_a_worker_each_with_their_state_and_order() {
+    if !ready() {
+        return;
+    }
+    let big = elephant_flows();
+    assert_eq!(bucket(big[0]), bucket(big[1]));
+    let dir = Scratch::new("nf-elephants");
+    let trace = dir.0.join("trace.pcap");
+    let sent = write_trace(&trace, big);
+
+    // Buckets only: the elephants' bucket stays whole.
+    let off = run("off", 19_482, &trace, &dir.0);
+    eprintln!(
+        "--elephants off: per-worker frames a second {:?} (median ratio {:.2})",
+        off.windows,
+        off.ratio()
+    );
+    assert!(
+        off.ratio() > 2.0,
+        "with --elephants off one worker takes more than twice the other's frames: {:?}\n{}",
+        off.windows,
+        off.stderr
+    );
+    assert!(off.summary.get("elephants").is_none(), "{}", off.summary);
+
+    // With overrides: within 10%, nothing reordered, every flow's state
+    // whole.
+    let on = run("on", 19_483, &trace, &dir.0);
+    let s = &on.summary;
+    eprintln!(
+        "--elephants on: per-worker frames a second {:?} (median ratio {:.2}); elephants {}; reordered {}",
+        on.windows,
+        on.ratio(),
+        s["elephants"],
+        reordered(&on.got)
+    );
+    assert!(
+        s["elephants"]["moved"].as_u64().unwrap() >= 1,
+        "{s}\n{}",
+        on.stderr
+    );
+    assert!(
+        on.ratio() < 1.10,
+        "per-worker frames within 10%: {:?}\n{s}\n{}",
+        on.windows,
+        on.stderr
+    );
+    assert_eq!(reordered(&on.got), 0, "{s}\n{}", on.stderr);
+    assert_eq!(
+        s["received"].as_u64().unwrap(),
+        sent.values().sum::<u64>(),
+        "{s}"
+    );
+    for w in s["workers"].as_array().unwrap() {
+        assert_eq!(w["stateless"], 0, "a frame ran without its state: {s}");
+    }
+    for (&flow, &n) in &sent {
+        let (_, sport) = source(flow);
+        assert_eq!(
+            on.monitor.get(&sport),
+            Some(&vec![n]),
+            "flow {flow}: one record of all its frames\n{s}\n{}",
+            on.stderr
+        );
+    }
+    let out: u64 = on.got.values().map(|v| v.len() as u64).sum();
+    assert_eq!(out, s["forwarded"].as_u64().unwrap(), "{s}");
+}
