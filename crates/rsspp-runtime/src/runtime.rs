@@ -943,16 +943,30 @@ impl<S> Controller<'_, S> {
             self.send(w, msg)?;
         }
         let mut answers = 0;
-        let deadline = Instant::now() + ANSWER_TIMEOUT;
+        let asked = Instant::now();
+        let mut said = asked;
         while answers < wanted {
-            let left = deadline.saturating_duration_since(Instant::now());
+            let left = (said + ANSWER_SLOW).saturating_duration_since(Instant::now());
             match self.inbox.recv_timeout(left) {
                 Ok(msg) => {
                     if self.handle(msg)?.is_some() {
                         answers += 1;
                     }
                 }
-                Err(_) => return Err(RuntimeError::WorkerGone(first)),
+                Err(RecvTimeoutError::Disconnected) => return Err(RuntimeError::WorkerGone(first)),
+                Err(RecvTimeoutError::Timeout) => {
+                    if asked.elapsed() >= ANSWER_TIMEOUT {
+                        return Err(RuntimeError::WorkerHung(first));
+                    }
+                    said = Instant::now();
+                    tracing::warn!(
+                        "{} of {wanted} moves not answered for {:.0} s (is this machine \
+                         overloaded?); waiting up to {} s",
+                        wanted - answers,
+                        asked.elapsed().as_secs_f64(),
+                        ANSWER_TIMEOUT.as_secs()
+                    );
+                }
             }
         }
         Ok(())
@@ -1170,36 +1184,12 @@ impl<S> Controller<'_, S> {
         if plan.is_empty() {
             return Ok(());
         }
-        for m in &plan.moves {
-            self.send(m.to, ToWorker::Expect { bucket: m.bucket })?;
-        }
-        let mut answers = 0;
-        let asked = Instant::now();
-        let mut said = asked;
-        while answers < plan.moves.len() {
-            let left = (said + ANSWER_SLOW).saturating_duration_since(Instant::now());
-            match self.inbox.recv_timeout(left) {
-                Ok(msg) => {
-                    if self.handle(msg)?.is_some() {
-                        answers += 1;
-                    }
-                }
-                Err(_) => {
-                    let m = &plan.moves[answers.min(plan.moves.len() - 1)];
-                    if asked.elapsed() >= ANSWER_TIMEOUT {
-                        return Err(RuntimeError::WorkerHung(m.to));
-                    }
-                    said = Instant::now();
-                    tracing::warn!(
-                        "worker {} has not answered a move for {:.0} s (is this machine \
-                         overloaded?); waiting up to {} s",
-                        m.to,
-                        asked.elapsed().as_secs_f64(),
-                        ANSWER_TIMEOUT.as_secs()
-                    );
-                }
-            }
-        }
+        self.expect_all(
+            plan.moves
+                .iter()
+                .map(|m| (m.to, ToWorker::Expect { bucket: m.bucket }))
+                .collect(),
+        )?;
         let now = self.now();
         let immediate = self.config.moves == Moves::Immediate;
         for m in &plan.moves {
