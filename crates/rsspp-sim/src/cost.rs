@@ -92,7 +92,7 @@ impl Default for CostModel {
 impl CostModel {
     /// Nanoseconds for `cycles`.
     pub fn ns(&self, cycles: u64) -> Ns {
-        (cycles as f64 / self.clock_ghz).round() as Ns
+        round_half_up(to_f64(cycles) / self.clock_ghz)
     }
 
     /// The work cycles of a packet (its flow's skew factor applied).
@@ -143,6 +143,68 @@ impl CostModel {
             return Err("a packet must cost at least one cycle".into());
         }
         Ok(())
+    }
+}
+
+/// [`CostModel::ns`] remembered for the few cycle counts a run keeps asking
+/// for (a packet's fixed part and work, each kind of state access, a
+/// poll): a direct-mapped table of the last answers, the same values.
+#[derive(Debug, Clone)]
+pub(crate) struct NsMemo {
+    /// Slot `cycles % SLOTS`: the cycles it holds the answer for.
+    cycles: [u64; NsMemo::SLOTS],
+    ns: [Ns; NsMemo::SLOTS],
+}
+
+impl NsMemo {
+    const SLOTS: usize = 32;
+
+    pub(crate) fn new() -> Self {
+        // Each slot starts with a count that belongs to another slot, so
+        // that nothing is found before it is computed.
+        let mut cycles = [0; Self::SLOTS];
+        cycles[0] = 1;
+        Self {
+            cycles,
+            ns: [0; Self::SLOTS],
+        }
+    }
+
+    /// `cost.ns(cycles)`.
+    pub(crate) fn ns(&mut self, cost: &CostModel, cycles: u64) -> Ns {
+        let i = cycles as usize % Self::SLOTS;
+        if self.cycles[i] != cycles {
+            self.cycles[i] = cycles;
+            self.ns[i] = cost.ns(cycles);
+        }
+        self.ns[i]
+    }
+}
+
+/// `x.round() as u64` for `x ≥ 0`, without the call to libm's `round` (the
+/// simulator's hottest arithmetic): the integer part, plus one when the
+/// fraction is at least a half. Both steps are exact: below 2⁵³ the integer
+/// part is a float and `x` minus it loses nothing; above, `x` is an integer
+/// and converts as it is (saturating, as `as` does).
+fn round_half_up(x: f64) -> u64 {
+    if x >= 9.2e18 {
+        return x as u64;
+    }
+    // Through i64, which holds it: one instruction each way on x86-64, where
+    // u64 conversions take several.
+    let whole = x as i64 as u64;
+    if x - to_f64(whole) >= 0.5 {
+        whole + 1
+    } else {
+        whole
+    }
+}
+
+/// `v as f64`, through i64 where it fits (the same value: one instruction).
+fn to_f64(v: u64) -> f64 {
+    match i64::try_from(v) {
+        Ok(v) => v as f64,
+        Err(_) => v as f64,
     }
 }
 
@@ -292,7 +354,37 @@ impl StateModel {
 
 #[cfg(test)]
 mod tests {
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
     use super::*;
+
+    proptest! {
+        /// The rounding without libm gives libm's answer, halves included
+        /// (odd cycle counts at 2 GHz).
+        #[test]
+        fn ns_rounds_as_libm_does(
+            cycles in prop_oneof![0u64..100_000, any::<u64>()],
+            clock_ghz in prop_oneof![Just(2.0), Just(0.5), Just(2.3), 0.001f64..10.0],
+        ) {
+            let cost = CostModel { clock_ghz, ..CostModel::default() };
+            prop_assert_eq!(cost.ns(cycles), (cycles as f64 / clock_ghz).round() as Ns);
+        }
+
+        /// The memo answers what the cost model answers, whatever the order
+        /// of the questions (slots shared by several counts included).
+        #[test]
+        fn memo_gives_what_ns_gives(
+            asks in vec(prop_oneof![0u64..100, (0u64..40).prop_map(|k| k * 32 + 7)], 1..300),
+            clock_ghz in 0.1f64..10.0,
+        ) {
+            let cost = CostModel { clock_ghz, ..CostModel::default() };
+            let mut memo = NsMemo::new();
+            for cycles in asks {
+                prop_assert_eq!(memo.ns(&cost, cycles), cost.ns(cycles), "{} cycles", cycles);
+            }
+        }
+    }
 
     fn model() -> (CostModel, StateModel) {
         let cost = CostModel {

@@ -10,17 +10,14 @@
 //! that time counts as empty polling. Load is measured as RSS++ measures it:
 //! busy time over busy plus polling time, per interval.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
-
 use rsspp_core::measure::imbalance_ratio;
 
-use crate::cost::{CostModel, StateModel};
+use crate::cost::{CostModel, NsMemo, StateModel};
 use crate::mechanisms::{Mechanisms, StateAccessCounters};
 use crate::metrics::{FinishOrder, LatencyHistogram};
 use crate::packet::{Ns, SimPacket};
 use crate::result::{PolicyResult, PolicySummary, Timeline};
-use crate::system::{CoreState, Policy, Shared};
+use crate::system::{CoreState, Policy, PollEvents, Shared};
 pub use crate::system::{Cpu, Queues, System};
 
 /// Settings of the engine itself.
@@ -92,6 +89,7 @@ impl Engine {
         };
         let next_sample = config.sample_ns;
         let last_flow = vec![u32::MAX; topology.cores];
+        let events = PollEvents::new(topology.cores);
         Self {
             policy,
             sh: Shared {
@@ -99,8 +97,7 @@ impl Engine {
                 topology,
                 cores,
                 state,
-                events: BinaryHeap::new(),
-                event_seq: 0,
+                events,
                 latency: LatencyHistogram::default(),
                 reorder: FinishOrder::default(),
                 processed: 0,
@@ -108,6 +105,7 @@ impl Engine {
                 last_flow,
                 runs: 0,
                 cost: config.cost,
+                ns: NsMemo::new(),
             },
             config,
             timeline,
@@ -172,7 +170,7 @@ impl Engine {
     /// `draining`: the input is over).
     fn run_until(&mut self, until: Ns, draining: bool) {
         loop {
-            let core_at = self.sh.events.peek().map(|Reverse((t, _, _))| *t);
+            let core_at = self.sh.events.peek();
             if draining && core_at.is_none() {
                 return;
             }
@@ -207,7 +205,7 @@ impl Engine {
                     self.policy.timer(next, &mut sys);
                 }
                 _ => {
-                    let Reverse((t, _, core)) = self.sh.events.pop().expect("peeked");
+                    let (t, core) = self.sh.events.pop().expect("peeked");
                     // Finishes reported by batches that started earlier are
                     // counted for reordering once the clock passes them.
                     self.sh.reorder.flush(t);
@@ -243,7 +241,7 @@ impl Engine {
         }
         let table = self.policy.state_table();
         let batch_cycles = u64::from(self.sh.cost.batch_cycles);
-        let start = now + self.sh.cost.ns(batch_cycles);
+        let start = now + self.sh.ns.ns(&self.sh.cost, batch_cycles);
         // Busy from now on: a wake-up for this core while it processes is
         // already answered by the poll at the end of the batch.
         self.sh.cores[core].scheduled = true;
@@ -258,8 +256,7 @@ impl Engine {
         let end = cpu.now.max(now + 1);
         self.batch = batch;
         self.sh.cores[core].batch_end = end;
-        self.sh.event_seq += 1;
-        self.sh.events.push(Reverse((end, self.sh.event_seq, core)));
+        self.sh.events.push(core, end);
     }
 
     fn sample(&mut self, t: Ns) {

@@ -8,10 +8,9 @@
 //! implement it, and the registry ([`crate::policy::build`]) names them;
 //! neither the engine nor this module knows any policy.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 
-use crate::cost::{CostModel, StateModel, StateTable};
+use crate::cost::{CostModel, NsMemo, StateModel, StateTable};
 use crate::mechanisms::PolicyMechanisms;
 use crate::metrics::{FinishOrder, LatencyHistogram};
 use crate::packet::{Ns, SimPacket};
@@ -266,6 +265,12 @@ impl Queues {
             }
         }
         queue.dequeued += n as u64;
+        if queue.items.is_empty() {
+            // Back to the start of the buffer: a queue that keeps emptying
+            // (most of them, below saturation) then cycles through a few
+            // cache lines of the host instead of its whole ring.
+            queue.items.clear();
+        }
         n
     }
 
@@ -323,17 +328,83 @@ impl CoreState {
     }
 }
 
+/// The cores' polls due: at most one per core (a core is `scheduled` from
+/// the moment its poll is due until the engine runs it), taken earliest
+/// first, polls due at the same instant in the order they were scheduled.
+/// With a handful of cores a slot per core and a scan beat a heap.
+#[derive(Debug, Clone)]
+pub(crate) struct PollEvents {
+    /// Per core: when its poll is due (high 64 bits) and the order it was
+    /// scheduled in (low 64 bits), compared as one number; [`Self::NONE`]
+    /// when none is due.
+    due: Vec<u128>,
+    /// The core whose poll comes first (`usize::MAX`: none due).
+    first: usize,
+    scheduled: u64,
+}
+
+impl PollEvents {
+    const NONE: u128 = u128::MAX;
+
+    pub(crate) fn new(cores: usize) -> Self {
+        Self {
+            due: vec![Self::NONE; cores],
+            first: usize::MAX,
+            scheduled: 0,
+        }
+    }
+
+    /// Core `core`, which has no poll due, polls at `at`.
+    pub(crate) fn push(&mut self, core: usize, at: Ns) {
+        assert_eq!(self.due[core], Self::NONE, "one poll per core");
+        self.scheduled += 1;
+        let key = (u128::from(at) << 64) | u128::from(self.scheduled);
+        self.due[core] = key;
+        if self.first == usize::MAX || key < self.due[self.first] {
+            self.first = core;
+        }
+    }
+
+    /// When the first poll is due.
+    pub(crate) fn peek(&self) -> Option<Ns> {
+        self.due.get(self.first).map(|&key| (key >> 64) as Ns)
+    }
+
+    /// Takes the first poll: (due, core).
+    pub(crate) fn pop(&mut self) -> Option<(Ns, usize)> {
+        let core = self.first;
+        let at = (*self.due.get(core)? >> 64) as Ns;
+        self.due[core] = Self::NONE;
+        self.first = first_of(&self.due);
+        Some((at, core))
+    }
+}
+
+/// The index of the smallest key (the first of equals), `usize::MAX` when
+/// every key is `u128::MAX` (none).
+pub(crate) fn first_of(keys: &[u128]) -> usize {
+    let mut first = usize::MAX;
+    let mut min = u128::MAX;
+    for (i, &k) in keys.iter().enumerate() {
+        let less = k < min;
+        min = if less { k } else { min };
+        first = if less { i } else { first };
+    }
+    first
+}
+
 /// Everything the engine holds besides the policy: what [`Cpu`] and
 /// [`System`] act on.
 pub(crate) struct Shared {
     pub(crate) cost: CostModel,
+    /// `cost.ns`, remembered.
+    pub(crate) ns: NsMemo,
     pub(crate) topology: Topology,
     pub(crate) queues: Queues,
     pub(crate) cores: Vec<CoreState>,
     pub(crate) state: StateModel,
-    /// Core polls: (time, sequence, core).
-    pub(crate) events: BinaryHeap<Reverse<(Ns, u64, usize)>>,
-    pub(crate) event_seq: u64,
+    /// Core polls due.
+    pub(crate) events: PollEvents,
     pub(crate) latency: LatencyHistogram,
     pub(crate) reorder: FinishOrder,
     pub(crate) processed: u64,
@@ -354,8 +425,7 @@ impl Shared {
         c.scheduled = true;
         c.batch_start = at;
         c.batch_end = at;
-        self.event_seq += 1;
-        self.events.push(Reverse((at, self.event_seq, core)));
+        self.events.push(core, at);
     }
 
     /// Wakes one sleeping poller of queue `q` for a packet ready at `at`.
@@ -416,16 +486,14 @@ impl Cpu<'_> {
     /// Processes `p` to completion with state in `table`, plus
     /// `extra_cycles` of the policy's own work.
     pub fn process_with(&mut self, p: &SimPacket, table: StateTable, extra_cycles: u64) {
-        let cost = &self.sh.cost;
+        let sh = &mut *self.sh;
+        let cost = &sh.cost;
         let base = u64::from(cost.packet_cycles) + cost.work_cycles(p) + extra_cycles;
-        let base_ns = cost.ns(base);
-        let (state_cycles, wait) = self
-            .sh
-            .state
-            .access(cost, table, self.core, p.flow, self.now, 0);
-        self.now += wait + cost.ns(state_cycles) + base_ns;
+        let base_ns = sh.ns.ns(cost, base);
+        let (state_cycles, wait) = sh.state.access(cost, table, self.core, p.flow, self.now, 0);
+        self.now += wait + sh.ns.ns(cost, state_cycles) + base_ns;
         let at = self.now;
-        self.sh.finish(self.core, p, at);
+        sh.finish(self.core, p, at);
     }
 
     /// Waits (busy) until `t`: another core has not finished with what this
@@ -436,18 +504,17 @@ impl Cpu<'_> {
 
     /// Spends `cycles` on the policy's own work (dispatching, bookkeeping).
     pub fn charge(&mut self, cycles: u64) {
-        self.now += self.sh.cost.ns(cycles);
+        self.now += self.sh.ns.ns(&self.sh.cost, cycles);
     }
 
     /// Touches `flow`'s state as the policy's own work (a dispatcher's flow
     /// table): the cost model's price for it.
     pub fn touch_state(&mut self, flow: u32, table: StateTable) {
-        let cost = &self.sh.cost;
-        let (cycles, wait) = self
-            .sh
+        let sh = &mut *self.sh;
+        let (cycles, wait) = sh
             .state
-            .access(cost, table, self.core, flow, self.now, 0);
-        self.now += wait + cost.ns(cycles);
+            .access(&sh.cost, table, self.core, flow, self.now, 0);
+        self.now += wait + sh.ns.ns(&sh.cost, cycles);
     }
 
     /// Puts `p` in queue `q`, ready now (a software queue); false when the
@@ -527,5 +594,43 @@ impl System<'_> {
     pub fn wake(&mut self, core: usize) {
         let at = self.now;
         self.sh.schedule(core, at);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        /// The per-core slots give the polls in the order of a heap of
+        /// (time, order scheduled): earliest first, ties first scheduled.
+        #[test]
+        fn polls_come_as_from_a_heap(steps in vec((0usize..6, 0u64..5, any::<bool>()), 1..300)) {
+            let mut polls = PollEvents::new(6);
+            let mut heap = BinaryHeap::new();
+            let mut due = [false; 6];
+            let mut seq = 0u64;
+            for (core, at, pop) in steps {
+                if pop {
+                    let want = heap.pop().map(|Reverse((at, _, core))| (at, core));
+                    prop_assert_eq!(polls.pop(), want);
+                    if let Some((_, core)) = want {
+                        due[core] = false;
+                    }
+                } else if !due[core] {
+                    due[core] = true;
+                    seq += 1;
+                    polls.push(core, at);
+                    heap.push(Reverse((at, seq, core)));
+                }
+                prop_assert_eq!(polls.peek(), heap.peek().map(|Reverse((at, _, _))| *at));
+            }
+        }
     }
 }
