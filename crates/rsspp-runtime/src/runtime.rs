@@ -1225,6 +1225,9 @@ impl<S> Controller<'_, S> {
         let mut counts: Vec<u64> = (0..self.config.buckets)
             .map(|b| self.steering.count(b))
             .collect();
+        // Each bucket's packets since the start, its overridden flows'
+        // included (as the daemon counts them): the exported totals.
+        let mut bucket_totals = vec![0u64; self.config.buckets];
         let read_clocks = || -> Vec<(u64, u64)> {
             clocks
                 .iter()
@@ -1278,6 +1281,10 @@ impl<S> Controller<'_, S> {
             // Overridden flows: counted by their slots' words, not their
             // buckets'.
             let over = self.override_counts(&bucket_packets, table, clocks);
+            let with_overridden = over.as_ref().map_or(&bucket_packets, |o| &o.bucket_packets);
+            for (t, p) in bucket_totals.iter_mut().zip(with_overridden) {
+                *t += p;
+            }
             // Each worker's packets this round, by the table before the
             // round's moves (and the overrides' owners); the imbalance is
             // over the workers in use.
@@ -1370,7 +1377,7 @@ impl<S> Controller<'_, S> {
                     cpus: &self.config.cpus,
                     loads: &loads,
                     counts: &live,
-                    bucket_totals: &counts,
+                    bucket_totals: &bucket_totals,
                     table,
                     imbalance,
                     migrations,
