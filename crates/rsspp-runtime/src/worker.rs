@@ -471,42 +471,14 @@ impl<N: NetworkFunction> Core<N> {
         }) {
             return;
         }
-        let mut packet = Packet {
+        let packet = Packet {
             data: frame.data,
             wire_len: frame.wire_len,
             key,
             hash,
             timestamp_ns: frame.timestamp_ns,
         };
-        match self.shard.take(bucket) {
-            Take::Process(state) => {
-                let verdict = match (state, &self.shared) {
-                    (Some(table), _) => {
-                        with_table(&mut self.nf, table, bucket, self.buckets, &mut packet)
-                    }
-                    (None, Some(shared)) => {
-                        self.nf.process_flows(&mut packet, &mut SharedFlows(shared))
-                    }
-                    (None, None) => unreachable!("a bucket without a table and no shared table"),
-                };
-                self.out(&packet, verdict);
-            }
-            Take::Park => {
-                let parked = Parked {
-                    data: packet.data.to_vec(),
-                    wire_len: packet.wire_len,
-                    timestamp_ns: packet.timestamp_ns,
-                    key,
-                    hash,
-                };
-                self.shard.park(bucket, parked);
-            }
-            Take::Stray => {
-                self.report.stateless += 1;
-                let verdict = self.nf.process(&mut packet, None);
-                self.out(&packet, verdict);
-            }
-        }
+        self.take_and_process(bucket, bucket, packet);
     }
 
     /// A frame of `bucket` whose flow is coming back from an override here:
@@ -570,35 +542,7 @@ impl<N: NetworkFunction> Core<N> {
             return self.out(&packet, verdict);
         };
         let index = self.buckets + slot;
-        match self.shard.take(index) {
-            Take::Process(state) => {
-                let verdict = match (state, &self.shared) {
-                    (Some(table), _) => {
-                        with_table(&mut self.nf, table, bucket, self.buckets, &mut packet)
-                    }
-                    (None, Some(shared)) => {
-                        self.nf.process_flows(&mut packet, &mut SharedFlows(shared))
-                    }
-                    (None, None) => unreachable!("a slot without a table and no shared table"),
-                };
-                self.out(&packet, verdict);
-            }
-            Take::Park => {
-                let parked = Parked {
-                    data: packet.data.to_vec(),
-                    wire_len: packet.wire_len,
-                    timestamp_ns: packet.timestamp_ns,
-                    key,
-                    hash,
-                };
-                self.shard.park(index, parked);
-            }
-            Take::Stray => {
-                self.report.stateless += 1;
-                let verdict = self.nf.process(&mut packet, None);
-                self.out(&packet, verdict);
-            }
-        }
+        self.take_and_process(index, bucket, packet);
     }
 
     /// The bucket whose flows a shard entry holds: itself, or an override
@@ -829,6 +773,42 @@ impl<N: NetworkFunction> Core<N> {
     /// Frames held in the stage.
     fn reframe_held(&self) -> u64 {
         self.reframe.as_ref().map_or(0, ReframeStage::held)
+    }
+
+    /// Processes `packet` with the state of entry `index` of the shard (a
+    /// bucket, or an override slot after the buckets) if this worker holds
+    /// it, parks it while the state is on its way, or processes it without
+    /// state when it came after its entry left.
+    fn take_and_process(&mut self, index: usize, bucket: usize, mut packet: Packet<'_>) {
+        match self.shard.take(index) {
+            Take::Process(state) => {
+                let verdict = match (state, &self.shared) {
+                    (Some(table), _) => {
+                        with_table(&mut self.nf, table, bucket, self.buckets, &mut packet)
+                    }
+                    (None, Some(shared)) => {
+                        self.nf.process_flows(&mut packet, &mut SharedFlows(shared))
+                    }
+                    (None, None) => unreachable!("an entry without a table and no shared table"),
+                };
+                self.out(&packet, verdict);
+            }
+            Take::Park => {
+                let parked = Parked {
+                    data: packet.data.to_vec(),
+                    wire_len: packet.wire_len,
+                    timestamp_ns: packet.timestamp_ns,
+                    key: packet.key,
+                    hash: packet.hash,
+                };
+                self.shard.park(index, parked);
+            }
+            Take::Stray => {
+                self.report.stateless += 1;
+                let verdict = self.nf.process(&mut packet, None);
+                self.out(&packet, verdict);
+            }
+        }
     }
 
     fn out(&mut self, packet: &Packet<'_>, verdict: Verdict) {

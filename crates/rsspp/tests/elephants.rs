@@ -23,6 +23,7 @@
 mod netns;
 
 #[path = "common/daemon_udp.rs"]
+#[allow(dead_code)]
 mod daemon_udp;
 
 use std::collections::BTreeMap;
@@ -30,9 +31,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use daemon_udp::{
-    receive, receiving_pair, send_paced, source, udp_receiver, Daemon, Received, PORT,
+    bucket, elephant_flows, elephants_and_mice, receive, receiving_pair, send_paced, udp_receiver,
+    Daemon, Received,
 };
-use rsspp_core::{bucket_of, Toeplitz};
 
 const RETA: usize = 128;
 const MICE: u32 = 256;
@@ -42,37 +43,6 @@ const SECONDS: u64 = 7;
 
 fn ready() -> bool {
     daemon_udp::ready("splitting elephants")
-}
-
-fn bucket(flow: u32) -> usize {
-    let (src, sport) = source(flow);
-    let h = Toeplitz::default().hash_ipv4(src, [10, 0, 0, 2], sport, PORT);
-    bucket_of(h, RETA)
-}
-
-/// Two flows numbered from 1000 up whose bucket is the same.
-fn elephant_flows() -> [u32; 2] {
-    let mut first_of: BTreeMap<usize, u32> = BTreeMap::new();
-    for flow in 1000.. {
-        if let Some(&other) = first_of.get(&bucket(flow)) {
-            return [other, flow];
-        }
-        first_of.insert(bucket(flow), flow);
-    }
-    unreachable!()
-}
-
-/// Frame `n`'s flow: of every 20 frames, 7 of each elephant and 6 mice in
-/// turn.
-fn flow_of(n: u64, big: [u32; 2], mouse: &mut u32) -> u32 {
-    match n % 20 {
-        0..=6 => big[0],
-        7..=13 => big[1],
-        _ => {
-            *mouse = (*mouse + 1) % MICE;
-            *mouse
-        }
-    }
 }
 
 fn cpu_packets(m: &BTreeMap<String, f64>) -> [f64; 2] {
@@ -119,7 +89,7 @@ fn ratio([a, b]: [f64; 2]) -> f64 {
 impl Outcome {}
 
 fn run(elephants: &str, port: u16) -> Outcome {
-    let big = elephant_flows();
+    let big = elephant_flows(RETA);
     let (ns, dst, src) = receiving_pair("eleph");
     let args = ["--load-source", "packets", "--elephants", elephants];
     let daemon = Daemon::start(
@@ -136,7 +106,9 @@ fn run(elephants: &str, port: u16) -> Outcome {
             let receiver = s.spawn(|| receive(&socket, &stop));
             let sender = s.spawn(|| {
                 let mut mouse = 0;
-                send_paced(dst, src, PPS, SECONDS, |n| flow_of(n, big, &mut mouse))
+                send_paced(dst, src, PPS, SECONDS, |n| {
+                    elephants_and_mice(n, big, MICE, &mut mouse)
+                })
             });
             std::thread::sleep(Duration::from_secs(3));
             // Three one-second windows from 3 s on.
@@ -172,8 +144,8 @@ fn two_elephants_in_one_bucket_are_split_without_reordering() {
     if !ready() {
         return;
     }
-    let big = elephant_flows();
-    assert_eq!(bucket(big[0]), bucket(big[1]));
+    let big = elephant_flows(RETA);
+    assert_eq!(bucket(big[0], RETA), bucket(big[1], RETA));
 
     // Buckets only: the elephants' bucket stays whole.
     let off = run("off", 19_480);

@@ -23,6 +23,9 @@
 //! one-second windows from 4 s on; the window of median ratio is judged:
 //! on a shared host a stalled CPU or sender skews one window now and then.
 
+#[path = "common/daemon_udp.rs"]
+#[allow(dead_code)]
+mod daemon_udp;
 #[path = "../../rsspp-linux/tests/common/netns.rs"]
 #[allow(dead_code)]
 mod netns;
@@ -35,78 +38,20 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use daemon_udp::{bucket, elephant_flows, elephants_and_mice, frame, source};
 use netns::Netns;
 use nf_common::{ready, Reaped, Scratch};
-use rsspp_core::{bucket_of, Toeplitz};
 
 const RSSPP: &str = env!("CARGO_BIN_EXE_rsspp");
 const BUCKETS: usize = 128;
 const MICE: u32 = 256;
-const PORT: u16 = 9_000;
+/// The frames' MAC addresses (veth2's and veth0's are not known when the
+/// trace is written; veth1 is promiscuous for the runtime).
+const MAC_DST: [u8; 6] = [0x02, 0, 0, 0, 0, 2];
+const MAC_SRC: [u8; 6] = [0x02, 0, 0, 0, 0, 1];
 /// Frames per second tcpreplay sends, and for how long.
 const PPS: u32 = 20_000;
 const SECONDS: u32 = 8;
-
-/// Flow `flow`'s source address and port.
-fn source(flow: u32) -> ([u8; 4], u16) {
-    ([10, 1, (flow >> 8) as u8, flow as u8], 20_000 + flow as u16)
-}
-
-fn bucket(flow: u32) -> usize {
-    let (src, sport) = source(flow);
-    let h = Toeplitz::default().hash_ipv4(src, [10, 0, 0, 2], sport, PORT);
-    bucket_of(h, BUCKETS)
-}
-
-/// Two flows numbered from 1000 up whose bucket is the same.
-fn elephant_flows() -> [u32; 2] {
-    let mut first_of: BTreeMap<usize, u32> = BTreeMap::new();
-    for flow in 1000.. {
-        if let Some(&other) = first_of.get(&bucket(flow)) {
-            return [other, flow];
-        }
-        first_of.insert(bucket(flow), flow);
-    }
-    unreachable!()
-}
-
-fn ip_checksum(header: &[u8]) -> u16 {
-    let mut sum: u32 = header
-        .chunks(2)
-        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
-}
-
-/// Ethernet, IPv4 (source of `flow`) -> 10.0.0.2, UDP -> PORT, payload:
-/// flow and sequence number.
-fn frame(flow: u32, seq: u32) -> [u8; 60] {
-    let (saddr, sport) = source(flow);
-    let mut f = [0u8; 60];
-    f[0..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 2]);
-    f[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 1]);
-    f[12..14].copy_from_slice(&[0x08, 0x00]);
-    let ip = &mut f[14..34];
-    ip[0] = 0x45;
-    ip[2..4].copy_from_slice(&(20u16 + 8 + 8).to_be_bytes());
-    ip[4..6].copy_from_slice(&(seq as u16).to_be_bytes());
-    ip[8] = 64;
-    ip[9] = 17;
-    ip[12..16].copy_from_slice(&saddr);
-    ip[16..20].copy_from_slice(&[10, 0, 0, 2]);
-    let sum = ip_checksum(ip);
-    ip[10..12].copy_from_slice(&sum.to_be_bytes());
-    let udp = &mut f[34..42];
-    udp[0..2].copy_from_slice(&sport.to_be_bytes());
-    udp[2..4].copy_from_slice(&PORT.to_be_bytes());
-    udp[4..6].copy_from_slice(&16u16.to_be_bytes());
-    f[42..46].copy_from_slice(&flow.to_be_bytes());
-    f[46..50].copy_from_slice(&seq.to_be_bytes());
-    f
-}
 
 /// The trace: of every 20 frames, 7 of each elephant and 6 mice in turn;
 /// returns the frames sent per flow.
@@ -124,16 +69,9 @@ fn write_trace(path: &Path, big: [u32; 2]) -> BTreeMap<u32, u64> {
     let mut seqs: BTreeMap<u32, u64> = BTreeMap::new();
     let mut mouse = 0;
     for i in 0..total {
-        let flow = match i % 20 {
-            0..=6 => big[0],
-            7..=13 => big[1],
-            _ => {
-                mouse = (mouse + 1) % MICE;
-                mouse
-            }
-        };
+        let flow = elephants_and_mice(i, big, MICE, &mut mouse);
         let seq = seqs.entry(flow).or_insert(0);
-        let f = frame(flow, *seq as u32);
+        let f = frame(MAC_DST, MAC_SRC, flow, *seq as u32);
         *seq += 1;
         let us = i * 1_000_000 / u64::from(PPS);
         for v in [(us / 1_000_000) as u32, (us % 1_000_000) as u32, 60, 60] {
@@ -340,8 +278,8 @@ fn two_elephants_in_one_bucket_get_a_worker_each_with_their_state_and_order() {
     if !ready() {
         return;
     }
-    let big = elephant_flows();
-    assert_eq!(bucket(big[0]), bucket(big[1]));
+    let big = elephant_flows(BUCKETS);
+    assert_eq!(bucket(big[0], BUCKETS), bucket(big[1], BUCKETS));
     let dir = Scratch::new("nf-elephants");
     let trace = dir.0.join("trace.pcap");
     let sent = write_trace(&trace, big);

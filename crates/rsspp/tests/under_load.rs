@@ -18,6 +18,7 @@
 mod netns;
 
 #[path = "common/daemon_udp.rs"]
+#[allow(dead_code)]
 mod daemon_udp;
 
 use std::collections::BTreeMap;

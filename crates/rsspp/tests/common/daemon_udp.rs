@@ -2,9 +2,12 @@
 //! (`under_load.rs`, `elephants.rs`): a namespace whose veth1 receives for
 //! 10.0.0.2, frames that carry their flow's number and sequence number, a
 //! paced sender on veth0, a receiver that counts reordering per flow, and
-//! `rsspp run` on veth1 started and stopped.
+//! `rsspp run` on veth1 started and stopped; the flows and frames are also
+//! `nf_elephants.rs`'s.
 
 use std::collections::BTreeMap;
+
+use rsspp_core::{bucket_of, Toeplitz};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -75,8 +78,40 @@ pub fn source(flow: u32) -> ([u8; 4], u16) {
     ([10, 1, (flow >> 8) as u8, flow as u8], 20_000 + flow as u16)
 }
 
-/// Ethernet, IPv4 (source of `flow`) -> 10.0.0.2, UDP -> [`PORT`],
-/// payload: flow and sequence number.
+/// Flow `flow`'s bucket in a table of `buckets` (the default key).
+pub fn bucket(flow: u32, buckets: usize) -> usize {
+    let (src, sport) = source(flow);
+    let h = Toeplitz::default().hash_ipv4(src, [10, 0, 0, 2], sport, PORT);
+    bucket_of(h, buckets)
+}
+
+/// Two flows numbered from 1000 up whose bucket is the same.
+pub fn elephant_flows(buckets: usize) -> [u32; 2] {
+    let mut first_of: BTreeMap<usize, u32> = BTreeMap::new();
+    for flow in 1000.. {
+        if let Some(&other) = first_of.get(&bucket(flow, buckets)) {
+            return [other, flow];
+        }
+        first_of.insert(bucket(flow, buckets), flow);
+    }
+    unreachable!()
+}
+
+/// Frame `n`'s flow: of every 20 frames, 7 of each elephant and 6 of the
+/// `mice` in turn (`mouse`: the last one).
+pub fn elephants_and_mice(n: u64, big: [u32; 2], mice: u32, mouse: &mut u32) -> u32 {
+    match n % 20 {
+        0..=6 => big[0],
+        7..=13 => big[1],
+        _ => {
+            *mouse = (*mouse + 1) % mice;
+            *mouse
+        }
+    }
+}
+
+/// Ethernet, IPv4 (source of `flow`, IP id the low bits of `seq`) ->
+/// 10.0.0.2, UDP -> [`PORT`], payload: flow and sequence number.
 pub fn frame(dst: [u8; 6], src: [u8; 6], flow: u32, seq: u32) -> [u8; 60] {
     let (saddr, sport) = source(flow);
     let mut f = [0u8; 60];
@@ -86,6 +121,7 @@ pub fn frame(dst: [u8; 6], src: [u8; 6], flow: u32, seq: u32) -> [u8; 60] {
     let ip = &mut f[14..34];
     ip[0] = 0x45;
     ip[2..4].copy_from_slice(&(20u16 + 8 + 8).to_be_bytes());
+    ip[4..6].copy_from_slice(&(seq as u16).to_be_bytes());
     ip[8] = 64;
     ip[9] = 17;
     ip[12..16].copy_from_slice(&saddr);
