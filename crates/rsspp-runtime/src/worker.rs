@@ -12,7 +12,7 @@ use rsspp_core::state::marks::{Moving, Shard, Take};
 use rsspp_core::state::{FlowTable, SharedFlowTable};
 use rsspp_core::{bucket_of, FlowKey, Toeplitz};
 use rsspp_trace::parse::{parse_frame, LinkType};
-use rsspp_trace::FrameKind;
+use rsspp_trace::{FrameKind, PacketRecord};
 use serde::Serialize;
 
 use crate::afpacket::{monotonic_ns, pin_to, Frame, RxRing, TxSocket};
@@ -408,8 +408,11 @@ fn with_table<N: NetworkFunction>(
 }
 
 impl<N: NetworkFunction> Core<N> {
-    /// One frame, to completion.
-    fn frame(&mut self, frame: Frame<'_>) {
+    /// Counts a frame received and parses it: its record, flow, the flow
+    /// it is steered by (ICMP errors go with the flow they quote, as in the
+    /// programs) and that flow's hash; `None`, counted as dropped, for a
+    /// frame that is not IP or is malformed.
+    fn classify(&mut self, frame: &Frame<'_>) -> Option<(PacketRecord, FlowKey, FlowKey, u32)> {
         self.report.received += 1;
         let record = parse_frame(
             LinkType::Ethernet,
@@ -419,12 +422,25 @@ impl<N: NetworkFunction> Core<N> {
         );
         let key = match (record.kind, record.flow) {
             (FrameKind::Ip, Some(key)) => key,
-            (FrameKind::Malformed, _) => return count(&mut self.report.dropped, "malformed"),
-            _ => return count(&mut self.report.dropped, "not_ip"),
+            (FrameKind::Malformed, _) => {
+                count(&mut self.report.dropped, "malformed");
+                return None;
+            }
+            _ => {
+                count(&mut self.report.dropped, "not_ip");
+                return None;
+            }
         };
-        // ICMP errors go with the flow they quote (as the fanout program).
         let steering = headers::steering_key(&key, frame.data);
         let hash = self.toeplitz.hash_flow(&steering);
+        Some((record, key, steering, hash))
+    }
+
+    /// One frame, to completion.
+    fn frame(&mut self, frame: Frame<'_>) {
+        let Some((record, key, steering, hash)) = self.classify(&frame) else {
+            return;
+        };
         let bucket = bucket_of(hash, self.buckets);
         if let Some(o) = self.overrides.as_mut() {
             o.last_ns = o.last_ns.max(frame.timestamp_ns);
@@ -508,20 +524,9 @@ impl<N: NetworkFunction> Core<N> {
     /// One frame steered by an override, to completion (no Reframer
     /// stage: an elephant's frames come back to back anyway).
     fn override_frame(&mut self, frame: Frame<'_>) {
-        self.report.received += 1;
-        let record = parse_frame(
-            LinkType::Ethernet,
-            frame.data,
-            frame.timestamp_ns,
-            frame.wire_len,
-        );
-        let key = match (record.kind, record.flow) {
-            (FrameKind::Ip, Some(key)) => key,
-            (FrameKind::Malformed, _) => return count(&mut self.report.dropped, "malformed"),
-            _ => return count(&mut self.report.dropped, "not_ip"),
+        let Some((_, key, steering, hash)) = self.classify(&frame) else {
+            return;
         };
-        let steering = headers::steering_key(&key, frame.data);
-        let hash = self.toeplitz.hash_flow(&steering);
         let slot = self.overrides.as_mut().and_then(|o| {
             o.last_ns = o.last_ns.max(frame.timestamp_ns);
             let slot = *o.slot_of.get(&hash_input(&steering))?;
