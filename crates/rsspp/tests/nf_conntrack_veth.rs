@@ -19,32 +19,23 @@
 #[path = "../../rsspp-linux/tests/common/netns.rs"]
 #[allow(dead_code)]
 mod netns;
+#[path = "common/nf.rs"]
+#[allow(dead_code)]
+mod nf_common;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, Ipv4Addr};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use netns::Netns;
+use nf_common::{ready, Reaped, Scratch};
 use rsspp_trace::parse::{parse_frame, LinkType};
 
 const RSSPP: &str = env!("CARGO_BIN_EXE_rsspp");
 static SERIAL: Mutex<()> = Mutex::new(());
-
-fn ready() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipping: the nf test needs root (CI runs as root)");
-        return false;
-    }
-    if rsspp_linux::cpu::CpuList::online().unwrap().len() < 2 {
-        eprintln!("skipping: two workers need two CPUs");
-        return false;
-    }
-    true
-}
 
 const SYN: u8 = 0x02;
 const ACK: u8 = 0x10;
@@ -185,32 +176,6 @@ fn checksums_ok(f: &[u8]) -> bool {
         }
 }
 
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A child stopped with SIGINT (tcpdump writes its counts) on drop.
-struct Reaped(Option<Child>);
-
-impl Reaped {
-    fn stop(&mut self) -> Option<std::process::Output> {
-        let child = self.0.take()?;
-        // SAFETY: kill on our own child's pid.
-        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-        child.wait_with_output().ok()
-    }
-}
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
 /// The namespace, `rsspp nf` running in it, and what it sends and records.
 struct Bench {
     ns: Netns,
@@ -220,9 +185,7 @@ struct Bench {
 
 impl Bench {
     fn start(test: &str, nf_args: &[&str], files: &[(&str, &str)]) -> Bench {
-        let dir = std::env::temp_dir().join(format!("rsspp-nfct-{test}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let dir = Scratch(dir);
+        let dir = Scratch::new(&format!("nfct-{test}"));
         for (name, text) in files {
             std::fs::write(dir.0.join(name), text).unwrap();
         }
@@ -283,14 +246,7 @@ impl Bench {
 
     /// Stops a capture and returns its frames.
     fn frames(&self, mut capture: Reaped, name: &str) -> Vec<Vec<u8>> {
-        std::thread::sleep(Duration::from_millis(300));
-        let out = capture.stop().unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            err.lines()
-                .any(|l| l.trim() == "0 packets dropped by kernel"),
-            "the receiver lost frames itself: {err}"
-        );
+        capture.stop_capture();
         read_pcap(&self.dir.0.join(name))
     }
 
@@ -321,20 +277,7 @@ impl Bench {
 
     /// Waits for `rsspp nf` to end; its summary.
     fn summary(&mut self) -> serde_json::Value {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let out = loop {
-            let child = self.nf.0.as_mut().unwrap();
-            if child.try_wait().unwrap().is_some() {
-                break self.nf.0.take().unwrap().wait_with_output().unwrap();
-            }
-            assert!(Instant::now() < deadline, "rsspp nf did not stop");
-            std::thread::sleep(Duration::from_millis(100));
-        };
-        assert!(
-            out.status.success(),
-            "rsspp nf: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = self.nf.finish("rsspp nf", Duration::from_secs(30));
         serde_json::from_slice(&out.stdout).unwrap()
     }
 }

@@ -245,15 +245,7 @@ fn run(elephants: &str, port: u16, trace: &Path, dir: &Path) -> Run {
     let out = nf.0.take().unwrap().wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "rsspp nf: {stderr}");
-    std::thread::sleep(Duration::from_millis(300));
-    let dump = tcpdump.stop().unwrap();
-    let dump_err = String::from_utf8_lossy(&dump.stderr);
-    assert!(
-        dump_err
-            .lines()
-            .any(|l| l.trim() == "0 packets dropped by kernel"),
-        "the receiver lost frames itself: {dump_err}"
-    );
+    tcpdump.stop_capture();
     let summary: serde_json::Value =
         serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("summary: {e}: {stderr}"));
     let mut monitor: BTreeMap<u16, Vec<u64>> = BTreeMap::new();

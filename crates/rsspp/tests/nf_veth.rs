@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use netns::Netns;
 use nf_common::{frames_by_flow, ready, reordered, Flow, Reaped, Scratch};
@@ -147,29 +147,8 @@ fn run_on(test: &str, queues: u32, extra: &[&str]) -> Run {
         "tcpreplay: {}",
         String::from_utf8_lossy(&replay.stderr)
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let out = loop {
-        let child = nf.0.as_mut().unwrap();
-        if child.try_wait().unwrap().is_some() {
-            break nf.0.take().unwrap().wait_with_output().unwrap();
-        }
-        assert!(Instant::now() < deadline, "rsspp nf did not stop");
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    assert!(
-        out.status.success(),
-        "rsspp nf: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    std::thread::sleep(Duration::from_millis(300));
-    let dump = tcpdump.stop().unwrap();
-    let dump_err = String::from_utf8_lossy(&dump.stderr);
-    assert!(
-        dump_err
-            .lines()
-            .any(|l| l.trim() == "0 packets dropped by kernel"),
-        "the receiver lost frames itself: {dump_err}"
-    );
+    let out = nf.finish("rsspp nf", Duration::from_secs(30));
+    tcpdump.stop_capture();
     let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
             "summary: {e}: {}\n{}",

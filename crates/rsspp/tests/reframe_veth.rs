@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use netns::Netns;
 use nf_common::{frames_by_flow, ready, Flow, Reaped, Scratch};
@@ -138,29 +138,8 @@ fn through(ns: &Netns, dir: &Path, command: &[&str], trace: &Path, replay: &[&st
         "tcpreplay: {}",
         String::from_utf8_lossy(&replayed.stdout).trim()
     );
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let out = loop {
-        let c = child.0.as_mut().unwrap();
-        if c.try_wait().unwrap().is_some() {
-            break child.0.take().unwrap().wait_with_output().unwrap();
-        }
-        assert!(Instant::now() < deadline, "rsspp did not stop");
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    assert!(
-        out.status.success(),
-        "rsspp: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    std::thread::sleep(Duration::from_millis(300));
-    let dump = tcpdump.stop().unwrap();
-    let dump_err = String::from_utf8_lossy(&dump.stderr);
-    assert!(
-        dump_err
-            .lines()
-            .any(|l| l.trim() == "0 packets dropped by kernel"),
-        "the receiver lost frames itself: {dump_err}"
-    );
+    let out = child.finish("rsspp", Duration::from_secs(60));
+    tcpdump.stop_capture();
     let summary = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
             "summary: {e}: {}\n{}",

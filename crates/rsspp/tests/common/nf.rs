@@ -4,7 +4,8 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::Child;
+use std::process::{Child, Output};
+use std::time::{Duration, Instant};
 
 /// A flow as the receiver and the monitor name it.
 pub type Flow = (u8, String, String, u16, u16);
@@ -108,6 +109,40 @@ impl Reaped {
         // SAFETY: kill on our own child's pid.
         unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
         child.wait_with_output().ok()
+    }
+
+    /// Waits up to `limit` for it to end by itself (its `--duration`); its
+    /// output, which must say it succeeded (`what` names it).
+    pub fn finish(&mut self, what: &str, limit: Duration) -> Output {
+        let deadline = Instant::now() + limit;
+        let out = loop {
+            let child = self.0.as_mut().unwrap();
+            if child.try_wait().unwrap().is_some() {
+                break self.0.take().unwrap().wait_with_output().unwrap();
+            }
+            assert!(Instant::now() < deadline, "{what} did not stop");
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        assert!(
+            out.status.success(),
+            "{what}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+
+    /// Stops a tcpdump capture after a moment for the last frames; its
+    /// output, whose report must say its socket dropped nothing.
+    pub fn stop_capture(&mut self) -> Output {
+        std::thread::sleep(Duration::from_millis(300));
+        let out = self.stop().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.lines()
+                .any(|l| l.trim() == "0 packets dropped by kernel"),
+            "the receiver lost frames itself: {err}"
+        );
+        out
     }
 }
 
