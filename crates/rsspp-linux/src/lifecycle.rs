@@ -981,7 +981,28 @@ impl Watch {
     }
 
     /// `None` while the interface exists and is up.
+    ///
+    /// Deleting an interface first takes it down, then unlists it, so a
+    /// look in between sees it down: a `Down` is looked at again for up to
+    /// [`Watch::SETTLE`], and reported as `Deleted` if it goes away.
     pub fn check(&self) -> Option<Loss> {
+        let loss = self.look()?;
+        if loss == Loss::Down {
+            let until = std::time::Instant::now() + Self::SETTLE;
+            while std::time::Instant::now() < until {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                if self.look() == Some(Loss::Deleted) {
+                    return Some(Loss::Deleted);
+                }
+            }
+        }
+        Some(loss)
+    }
+
+    /// How long a `Down` is watched for a deletion in progress.
+    pub const SETTLE: std::time::Duration = std::time::Duration::from_millis(100);
+
+    fn look(&self) -> Option<Loss> {
         // SAFETY: zeroed is a valid ifreq.
         let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
         req.ifr_ifru.ifru_ifindex = self.ifindex as i32;

@@ -145,3 +145,29 @@ fn a_deleted_or_downed_interface_ends_the_run() {
         });
     }
 }
+
+/// Deleting an interface takes it down before it goes: a watch looking at
+/// it all the while must still call it deleted, never down.
+#[test]
+fn a_deletion_is_never_reported_as_down() {
+    if !bpf_ready("interface watch test") {
+        return;
+    }
+    for _ in 0..10 {
+        let ns = Netns::with_veth("svc-watch");
+        ns.run(|| {
+            let watch = lifecycle::Watch::new(lifecycle::ifindex_of(IFACE).unwrap()).unwrap();
+            std::thread::scope(|s| {
+                s.spawn(|| ns.ip(&["link", "del", IFACE]));
+                let deadline = std::time::Instant::now() + Duration::from_secs(5);
+                let loss = loop {
+                    if let Some(loss) = watch.check() {
+                        break loss;
+                    }
+                    assert!(std::time::Instant::now() < deadline, "never lost");
+                };
+                assert_eq!(loss, Loss::Deleted);
+            });
+        });
+    }
+}
