@@ -290,6 +290,16 @@ impl StateModel {
         }
     }
 
+    /// Asks the host to bring what [`Self::access`] reads of `flow` on
+    /// `core` to the cache.
+    #[inline]
+    pub(crate) fn prefetch(&self, core: usize, flow: u32) {
+        use crate::metrics::prefetch;
+        prefetch(self.last_core.get(flow as usize));
+        let slot = (flow & self.cache_mask) as usize;
+        prefetch(self.cache.get(core * (self.cache_mask as usize + 1) + slot));
+    }
+
     /// Cycles core `core` spends on `flow`'s state at time `now`, and the
     /// nanoseconds it first waits for the flow's lock (shared table only).
     /// The lock is held for the access itself plus `busy_for` (0 for an

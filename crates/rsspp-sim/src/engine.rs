@@ -240,6 +240,11 @@ impl Engine {
             return;
         }
         let table = self.policy.state_table();
+        // What processing the batch reads per flow, asked for at once.
+        for p in &self.batch {
+            self.sh.reorder.prefetch(p.flow);
+            self.sh.state.prefetch(core, p.flow);
+        }
         let batch_cycles = u64::from(self.sh.cost.batch_cycles);
         let start = now + self.sh.ns.ns(&self.sh.cost, batch_cycles);
         // Busy from now on: a wake-up for this core while it processes is

@@ -253,17 +253,17 @@ impl Queues {
     /// into `batch`; returns how many.
     pub fn take(&mut self, q: usize, now: Ns, max: usize, batch: &mut Vec<SimPacket>) -> usize {
         let queue = &mut self.queues[q];
-        let mut n = 0;
-        while n < max {
-            match queue.items.front() {
-                Some(p) if p.ready_ns <= now => {
-                    batch.push(*p);
-                    queue.items.pop_front();
-                    n += 1;
-                }
-                _ => break,
-            }
-        }
+        let n = queue
+            .items
+            .iter()
+            .take(max)
+            .take_while(|p| p.ready_ns <= now)
+            .count();
+        let (front, back) = queue.items.as_slices();
+        let from_front = n.min(front.len());
+        batch.extend_from_slice(&front[..from_front]);
+        batch.extend_from_slice(&back[..n - from_front]);
+        queue.items.drain(..n);
         queue.dequeued += n as u64;
         if queue.items.is_empty() {
             // Back to the start of the buffer: a queue that keeps emptying
@@ -441,7 +441,7 @@ impl Shared {
 
     pub(crate) fn finish(&mut self, core: usize, p: &SimPacket, at: Ns) {
         self.latency.record(at.saturating_sub(p.arrival_ns));
-        self.reorder.finish(at, p.flow, p.seq);
+        self.reorder.finish(core, at, p.flow, p.seq);
         self.processed += 1;
         if self.last_flow[core] != p.flow {
             self.last_flow[core] = p.flow;
