@@ -267,57 +267,57 @@ impl FinishOrder {
             self.cores.resize_with(core + 1, CoreFinishes::default);
         }
         let now = self.flushed;
-        let in_order = at >= self.cores[core].last;
-        self.cores[core].last = self.cores[core].last.max(at);
-        let mut rec = self.flows[f];
+        let c = &mut self.cores[core];
+        let in_order = at >= c.last;
+        c.last = c.last.max(at);
+        let rec = &mut self.flows[f];
         if rec.tracked && rec.until <= now {
             // Every tracked packet of it was handed over.
             rec.tracked = false;
             rec.next = self.tracker.next_of(flow);
         }
-        if !rec.tracked {
-            let alone = rec.until <= now || usize::from(rec.core) == core;
-            if alone && in_order {
-                let reordered = seq.wrapping_add(1) < rec.next;
-                let record = QuietFinish {
-                    at,
-                    flow,
-                    seq,
-                    next_before: rec.next,
-                    reordered,
-                };
-                if reordered {
-                    self.tracker.reordered += 1;
-                } else {
-                    rec.next = seq.wrapping_add(1);
-                }
-                let in_flight = &mut self.cores[core].in_flight;
-                while in_flight.front().is_some_and(|q| q.at <= now) {
-                    in_flight.pop_front();
-                }
-                in_flight.push_back(record);
-                rec.until = rec.until.max(at);
-                rec.core = core as u16;
-                self.flows[f] = rec;
-                return;
+        let alone = rec.until <= now || usize::from(rec.core) == core;
+        if !rec.tracked && alone && in_order {
+            let next_before = rec.next;
+            let reordered = seq.wrapping_add(1) < next_before;
+            if !reordered {
+                rec.next = seq.wrapping_add(1);
             }
-            self.track(flow, &mut rec);
+            rec.until = rec.until.max(at);
+            rec.core = core as u16;
+            self.tracker.reordered += u64::from(reordered);
+            let in_flight = &mut c.in_flight;
+            while in_flight.front().is_some_and(|q| q.at <= now) {
+                in_flight.pop_front();
+            }
+            in_flight.push_back(QuietFinish {
+                at,
+                flow,
+                seq,
+                next_before,
+                reordered,
+            });
+            return;
         }
+        if !rec.tracked {
+            self.track(flow);
+        }
+        let rec = &mut self.flows[f];
         rec.until = rec.until.max(at);
         rec.core = core as u16;
-        self.flows[f] = rec;
         self.wait(at, flow, seq);
     }
 
     /// Makes quiet `flow` tracked: its reports still in flight (all on the
     /// core that reported it last) are judged again, in time order.
-    fn track(&mut self, flow: u32, rec: &mut FlowFinishes) {
+    fn track(&mut self, flow: u32) {
         let now = self.flushed;
+        let rec = self.flows[flow as usize];
         let mut next = rec.next;
         if rec.until > now {
             let mut first = true;
-            let mut taken = Vec::new();
-            for q in &self.cores[usize::from(rec.core)].in_flight {
+            let in_flight = std::mem::take(&mut self.cores[usize::from(rec.core)].in_flight);
+            for q in &in_flight {
                 if q.flow == flow && q.at > now {
                     if first {
                         next = q.next_before;
@@ -326,15 +326,13 @@ impl FinishOrder {
                     if q.reordered {
                         self.tracker.reordered -= 1;
                     }
-                    taken.push((q.at, q.seq));
+                    self.wait(q.at, flow, q.seq);
                 }
             }
-            for (at, seq) in taken {
-                self.wait(at, flow, seq);
-            }
+            self.cores[usize::from(rec.core)].in_flight = in_flight;
         }
         self.tracker.set_next(flow, next);
-        rec.tracked = true;
+        self.flows[flow as usize].tracked = true;
     }
 
     /// A tracked flow's report waits for its time.
@@ -382,7 +380,8 @@ impl FinishOrder {
         if !rec.tracked && rec.until > self.flushed {
             // Its predecessor is still in flight: judged in time order,
             // against the new flow's packets.
-            self.track(flow, &mut rec);
+            self.track(flow);
+            rec.tracked = true;
         }
         self.tracker.new_flow(flow);
         rec.next = 0;
