@@ -293,11 +293,14 @@ impl StateModel {
     /// Asks the host to bring what [`Self::access`] reads of `flow` on
     /// `core` to the cache.
     #[inline]
-    pub(crate) fn prefetch(&self, core: usize, flow: u32) {
+    pub(crate) fn prefetch(&self, table: StateTable, core: usize, flow: u32) {
         use crate::metrics::prefetch;
         prefetch(self.last_core.get(flow as usize));
         let slot = (flow & self.cache_mask) as usize;
         prefetch(self.cache.get(core * (self.cache_mask as usize + 1) + slot));
+        if table == StateTable::Shared {
+            prefetch(self.locked.get(flow as usize));
+        }
     }
 
     /// Cycles core `core` spends on `flow`'s state at time `now`, and the

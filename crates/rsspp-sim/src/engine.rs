@@ -243,7 +243,7 @@ impl Engine {
         // What processing the batch reads per flow, asked for at once.
         for p in &self.batch {
             self.sh.reorder.prefetch(p.flow);
-            self.sh.state.prefetch(core, p.flow);
+            self.sh.state.prefetch(table, core, p.flow);
         }
         let batch_cycles = u64::from(self.sh.cost.batch_cycles);
         let start = now + self.sh.ns.ns(&self.sh.cost, batch_cycles);
