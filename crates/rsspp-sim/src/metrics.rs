@@ -287,8 +287,11 @@ impl FinishOrder {
             rec.core = core as u16;
             self.tracker.reordered += u64::from(reordered);
             let in_flight = &mut c.in_flight;
-            while in_flight.front().is_some_and(|q| q.at <= now) {
-                in_flight.pop_front();
+            if in_flight.back().is_some_and(|q| q.at <= now) {
+                // The core finished them all (its earlier batches, as a
+                // rule): the front ones that finished are skipped when
+                // read, this clears the rest.
+                in_flight.clear();
             }
             in_flight.push_back(QuietFinish {
                 at,
@@ -357,8 +360,15 @@ impl FinishOrder {
     }
 
     /// Hands over every finish at or before `upto`, in time order.
+    #[inline]
     pub fn flush(&mut self, upto: Ns) {
         self.flushed = self.flushed.max(upto);
+        if self.pending.front().is_some_and(|f| f.0 <= upto) {
+            self.hand_over(upto);
+        }
+    }
+
+    fn hand_over(&mut self, upto: Ns) {
         while let Some(&(at, flow, seq)) = self.pending.front() {
             if at > upto {
                 return;

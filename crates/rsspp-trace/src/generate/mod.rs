@@ -430,8 +430,12 @@ impl Generator {
         for p in &mut self.batch {
             p.timestamp_ns = start + (p.timestamp_ns as f64 / speed) as u64;
         }
-        self.batch
-            .sort_unstable_by_key(|p| (p.timestamp_ns, p.src, p.sport, p.dst, p.dport));
+        // By time, then by flow; the time alone nearly always decides.
+        self.batch.sort_unstable_by(|a, b| {
+            a.timestamp_ns.cmp(&b.timestamp_ns).then_with(|| {
+                (a.src, a.sport, a.dst, a.dport).cmp(&(b.src, b.sport, b.dst, b.dport))
+            })
+        });
         Some(&self.batch)
     }
 
