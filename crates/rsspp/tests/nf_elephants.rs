@@ -23,6 +23,8 @@
 //!   per flow before the functions, an elephant's among them when it
 //!   moves, still come out in order with their state.
 //!
+//! - the same through NAT: every flow keeps one translation.
+//!
 //! The counts are the workers' `rsspp_cpu_packets_total`, over three
 //! one-second windows from 4 s on; the window of median ratio is judged:
 //! on a shared host a stalled CPU or sender skews one window now and then.
@@ -350,6 +352,67 @@ fn elephants_behind_a_reframer_and_a_firewall_keep_their_order_and_state() {
         "{s}"
     );
     balanced_in_order_and_whole(&on, &sent);
+}
+
+/// Through NAT (after the monitor, which then sees the flows' own
+/// ports): every flow keeps one translation from the pool across the
+/// moves, and the rest holds as without NAT.
+#[test]
+fn elephants_through_nat_keep_their_order_and_state() {
+    if !ready() {
+        return;
+    }
+    let big = elephant_flows(BUCKETS);
+    let dir = Scratch::new("nf-elephants-nat");
+    let trace = dir.0.join("trace.pcap");
+    let sent = write_trace(&trace, big);
+    let extra = [
+        "--chain",
+        "monitor,nat",
+        "--nat-pool",
+        "192.0.2.0/30",
+        "--rss-key",
+        "microsoft",
+    ];
+    let on = run("on", "nat", &extra, 19_485, &trace, &dir.0);
+    balanced_in_order_and_whole(&on, &sent);
+    // Every flow left with one translation from the pool, the moved
+    // elephants' included.
+    let translated = captured_translations(&dir.0.join("out-nat.pcap"));
+    assert_eq!(translated.len(), sent.len(), "every flow came out");
+    for (flow, sources) in &translated {
+        assert_eq!(
+            sources.len(),
+            1,
+            "flow {flow}: one translation, got {sources:?}"
+        );
+        let (addr, _) = sources.iter().next().unwrap();
+        assert!(
+            addr[..3] == [192, 0, 2] && addr[3] < 4,
+            "flow {flow}: {addr:?} outside the pool"
+        );
+    }
+}
+
+/// Per flow (the number in the payload), the source addresses and ports
+/// its frames left with.
+fn captured_translations(path: &Path) -> BTreeMap<u32, std::collections::BTreeSet<([u8; 4], u16)>> {
+    let bytes = std::fs::read(path).unwrap();
+    let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
+    let mut out: BTreeMap<u32, std::collections::BTreeSet<([u8; 4], u16)>> = BTreeMap::new();
+    let mut at = 24;
+    while at + 16 <= bytes.len() {
+        let caplen = u32_at(at + 8) as usize;
+        let f = &bytes[at + 16..at + 16 + caplen];
+        at += 16 + caplen;
+        if f.len() >= 50 && f[12..14] == [0x08, 0x00] && f[23] == 17 {
+            let flow = u32::from_be_bytes(f[42..46].try_into().unwrap());
+            let addr: [u8; 4] = f[26..30].try_into().unwrap();
+            let port = u16::from_be_bytes([f[34], f[35]]);
+            out.entry(flow).or_default().insert((addr, port));
+        }
+    }
+    out
 }
 
 /// An elephant moved, the workers' frames within 10%, no frame after a
