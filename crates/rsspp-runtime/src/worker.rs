@@ -690,45 +690,16 @@ impl<N: NetworkFunction> Core<N> {
             return;
         }
         let mut data = taken.expect("not parked");
-        let mut packet = Packet {
+        let packet = Packet {
             data: &mut data,
             wire_len,
             key,
             hash,
             timestamp_ns,
         };
-        match self.shard.take(bucket) {
-            Take::Process(state) => {
-                let verdict = match (state, &self.shared) {
-                    (Some(table), _) => {
-                        with_table(&mut self.nf, table, bucket, self.buckets, &mut packet)
-                    }
-                    (None, Some(shared)) => {
-                        self.nf.process_flows(&mut packet, &mut SharedFlows(shared))
-                    }
-                    (None, None) => unreachable!("a bucket without a table and no shared table"),
-                };
-                self.out(&packet, verdict);
-            }
-            Take::Park => {
-                self.shard.park(
-                    bucket,
-                    Parked {
-                        data,
-                        wire_len,
-                        timestamp_ns,
-                        key,
-                        hash,
-                    },
-                );
-                return;
-            }
-            Take::Stray => {
-                self.report.stateless += 1;
-                let verdict = self.nf.process(&mut packet, None);
-                self.out(&packet, verdict);
-            }
-        }
+        // Parked (a bucket on its way here), the frame is copied and this
+        // buffer goes back to the stage with the others.
+        self.take_and_process(bucket, bucket, packet);
         if let Some(stage) = self.reframe.as_mut() {
             stage.recycle(data);
         }

@@ -238,7 +238,7 @@ struct FlowFinishes {
 
 #[derive(Debug, Clone, Default)]
 struct CoreFinishes {
-    in_flight: VecDeque<QuietFinish>,
+    in_flight: Vec<QuietFinish>,
     last: Ns,
 }
 
@@ -287,13 +287,13 @@ impl FinishOrder {
             rec.core = core as u16;
             self.tracker.reordered += u64::from(reordered);
             let in_flight = &mut c.in_flight;
-            if in_flight.back().is_some_and(|q| q.at <= now) {
+            if in_flight.last().is_some_and(|q| q.at <= now) {
                 // The core finished them all (its earlier batches, as a
                 // rule): the front ones that finished are skipped when
                 // read, this clears the rest.
                 in_flight.clear();
             }
-            in_flight.push_back(QuietFinish {
+            in_flight.push(QuietFinish {
                 at,
                 flow,
                 seq,
