@@ -2,13 +2,16 @@
 //! (XSKs), their UMEM and rings, and the XDP program that steers each frame
 //! into its bucket's worker's socket.
 //!
-//! Every worker has one socket on every receive queue of the interface; the
+//! Every worker has one socket on every receive queue of the interface (two
+//! with per-flow overrides: the second takes the frames an override
+//! steered, as the fanout group's second member per worker does); the
 //! sockets of a queue share one UMEM (`XDP_SHARED_UMEM`), so that the XDP
 //! program may redirect a frame of that queue into any of them. The UMEM's
 //! fill ring is then shared by the queue's workers too (a mutex around its
 //! producer side); each socket's RX ring is its worker's own. The program
-//! (`src/bpf/xsk.bpf.c`) uses the fanout program's per-bucket words, so the
-//! controller's counted-mark handoff is the same for both backends.
+//! (`src/bpf/xsk.bpf.c`) uses the fanout program's per-bucket words and
+//! overrides (`src/bpf/words.h`), so the controller's counted-mark handoff
+//! is the same for both backends.
 //!
 //! A socket binds in zero-copy mode where the driver allows it, in copy mode
 //! otherwise (veth: copy). The program is attached through a BPF link
@@ -31,7 +34,7 @@ use rsspp_core::{RssKey, Toeplitz};
 
 use crate::afpacket::{os, setsockopt, Frame};
 use crate::error::{Os, RuntimeError};
-use crate::steer::{route_libbpf_logs, Steering, MAX_BUCKETS};
+use crate::steer::{route_libbpf_logs, size_words, Steering, WordMaps, MAX_BUCKETS};
 
 mod skel {
     include!(concat!(env!("OUT_DIR"), "/xsk.skel.rs"));
@@ -538,11 +541,13 @@ impl XskRx {
         self.sockets.iter_mut().map(|s| s.batch(&mut f)).sum()
     }
 
-    /// Waits at most `timeout_ms` for a frame on any socket.
-    pub fn wait(&self, timeout_ms: i32) {
+    /// Waits at most `timeout_ms` for a frame on any socket of these and
+    /// of `other`'s.
+    pub fn wait_with(&self, other: Option<&XskRx>, timeout_ms: i32) {
         let mut fds: Vec<libc::pollfd> = self
             .sockets
             .iter()
+            .chain(other.into_iter().flat_map(|o| &o.sockets))
             .map(|s| libc::pollfd {
                 fd: s.fd.as_raw_fd(),
                 events: libc::POLLIN,
@@ -565,8 +570,9 @@ impl XskRx {
 pub struct XdpSetup {
     /// The per-bucket words, as the fanout program's.
     pub steering: Steering,
-    /// Worker `w`'s sockets, one per queue.
-    pub rx: Vec<XskRx>,
+    /// Worker `w`'s sockets, one per queue: those of the frames steered by
+    /// their bucket, and with override slots those steered by an override.
+    pub rx: Vec<(XskRx, Option<XskRx>)>,
     /// The queues.
     pub queues: u32,
     /// How the sockets bound.
@@ -660,8 +666,9 @@ pub fn rx_queues(iface: &str, ifindex: u32) -> Result<u32, RuntimeError> {
 }
 
 impl XdpSetup {
-    /// Loads the program for `buckets` buckets hashed with `key`, opens
-    /// `workers` sockets on each of the interface's receive queues, and
+    /// Loads the program for `buckets` buckets hashed with `key` and
+    /// `slots` override slots (0: none), opens `workers` sockets on each of
+    /// the interface's receive queues (twice as many with slots), and
     /// attaches the program last: every bucket starts on nobody (passed to
     /// the stack), as the fanout program's member 0.
     pub fn new(
@@ -669,6 +676,7 @@ impl XdpSetup {
         ifindex: u32,
         workers: usize,
         buckets: usize,
+        slots: usize,
         key: &RssKey,
     ) -> Result<Self, RuntimeError> {
         if !buckets.is_power_of_two() || buckets > MAX_BUCKETS {
@@ -677,6 +685,7 @@ impl XdpSetup {
             )));
         }
         let queues = rx_queues(iface, ifindex)?;
+        let queue_sockets = if slots > 0 { 2 * workers } else { workers };
         // Sockets first: no privileges (or no AF_XDP) is said before any
         // program is loaded.
         let mut mode = Mode::ZeroCopy;
@@ -706,8 +715,8 @@ impl XdpSetup {
             } else {
                 copy()?
             };
-            let mut sockets = Vec::with_capacity(workers);
-            for _ in 1..workers {
+            let mut sockets = Vec::with_capacity(queue_sockets);
+            for _ in 1..queue_sockets {
                 sockets.push(XskSocket::sharing(&first, ifindex, q)?);
             }
             sockets.insert(0, first);
@@ -727,13 +736,17 @@ impl XdpSetup {
             .ok_or_else(|| RuntimeError::Config("the XDP program has no .rodata".into()))?;
         rodata.bucket_mask = (buckets - 1) as u32;
         rodata.workers = workers as u32;
-        open.maps
-            .rsspp_words
-            .set_max_entries(buckets as u32)
-            .map_err(bpf("sizing the bucket words"))?;
+        rodata.queue_sockets = queue_sockets as u32;
+        size_words(
+            &mut open.maps.rsspp_words,
+            &mut open.maps.rsspp_flagged,
+            &mut open.maps.rsspp_overrides,
+            buckets,
+            slots,
+        )?;
         open.maps
             .rsspp_xsks
-            .set_max_entries(queues * workers as u32)
+            .set_max_entries(queues * queue_sockets as u32)
             .map_err(bpf("sizing the socket map"))?;
         let skel = open.load().map_err(|source| {
             if source.kind() == libbpf_rs::ErrorKind::PermissionDenied {
@@ -755,7 +768,7 @@ impl XdpSetup {
             .map_err(bpf("writing the key table"))?;
         for (q, sockets) in per_queue.iter().enumerate() {
             for (w, s) in sockets.iter().enumerate() {
-                let slot = (q * workers + w) as u32;
+                let slot = (q * queue_sockets + w) as u32;
                 skel.maps
                     .rsspp_xsks
                     .update(
@@ -779,9 +792,18 @@ impl XdpSetup {
             })?;
         let xsks =
             MapHandle::try_from(&skel.maps.rsspp_xsks).map_err(bpf("taking the socket map"))?;
-        let words =
-            MapHandle::try_from(&skel.maps.rsspp_words).map_err(bpf("taking the words map"))?;
-        let steering = Steering::with_words(prog, words, buckets)?;
+        let steering = Steering::with_words(
+            prog,
+            WordMaps {
+                words: &skel.maps.rsspp_words,
+                flagged: &skel.maps.rsspp_flagged,
+                flows: &skel.maps.rsspp_overrides,
+                barrier: &skel.maps.rsspp_barrier,
+                barrier_inner: &skel.maps.rsspp_barrier_inner,
+            },
+            buckets,
+            slots,
+        )?;
         let link = attach(steering.prog_fd(), ifindex).map_err(|source| {
             let why = match source.raw_os_error() {
                 Some(libc::ERANGE) => " (its MTU is too large for XDP)",
@@ -793,14 +815,23 @@ impl XdpSetup {
                 "cannot attach an XDP program to {iface}: {source}{why}"
             ))
         })?;
-        let mut rx: Vec<XskRx> = (0..workers)
-            .map(|_| XskRx {
-                sockets: Vec::new(),
+        // Socket `w` of a queue is worker w's, `workers + w` its
+        // override-steered one.
+        let mut rx: Vec<(XskRx, Option<XskRx>)> = (0..workers)
+            .map(|_| {
+                let empty = || XskRx {
+                    sockets: Vec::new(),
+                };
+                (empty(), (slots > 0).then(empty))
             })
             .collect();
         for sockets in per_queue {
-            for (w, s) in sockets.into_iter().enumerate() {
-                rx[w].sockets.push(s);
+            for (i, s) in sockets.into_iter().enumerate() {
+                let (bucket_steered, override_steered) = &mut rx[i % workers];
+                match override_steered {
+                    Some(o) if i >= workers => o.sockets.push(s),
+                    _ => bucket_steered.sockets.push(s),
+                }
             }
         }
         Ok(Self {

@@ -326,11 +326,6 @@ pub fn run<N: NetworkFunction>(
     if let Some(e) = &config.elephants {
         e.validate()
             .map_err(|e| RuntimeError::Config(e.to_string()))?;
-        if config.backend == Backend::AfXdp {
-            return Err(RuntimeError::Config(
-                "per-flow overrides are written for the afpacket backend only".into(),
-            ));
-        }
     }
     // Twice the overrides: a slot being freed is not free yet, while the
     // policy may give its override to another flow at once.
@@ -379,7 +374,7 @@ pub fn run<N: NetworkFunction>(
             (steering, rings, Attached::Parking { _socket: parking })
         }
         Backend::AfXdp => {
-            let setup = XdpSetup::new(&config.input, in_index, n, config.buckets, &key)?;
+            let setup = XdpSetup::new(&config.input, in_index, n, config.buckets, slots, &key)?;
             info!(
                 "AF_XDP on {} ({} mode): {} queue{} × {n} worker{plural}",
                 config.input,
@@ -387,8 +382,11 @@ pub fn run<N: NetworkFunction>(
                 setup.queues,
                 if setup.queues == 1 { "" } else { "s" }
             );
-            let rings: Vec<(Rx, Option<Rx>)> =
-                setup.rx.into_iter().map(|r| (Rx::Xdp(r), None)).collect();
+            let rings: Vec<(Rx, Option<Rx>)> = setup
+                .rx
+                .into_iter()
+                .map(|(r, o)| (Rx::Xdp(r), o.map(Rx::Xdp)))
+                .collect();
             (
                 setup.steering,
                 rings,

@@ -10,7 +10,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{MapCore, MapFlags, MapHandle};
+use libbpf_rs::{MapCore, MapFlags, MapHandle, MapMut, OpenMapMut};
 use rsspp_core::{RssKey, Toeplitz};
 
 use crate::error::{Os, RuntimeError};
@@ -54,6 +54,40 @@ struct OverrideMaps {
     barrier_inner: MapHandle,
 }
 
+/// The maps of `src/bpf/words.h` in a loaded program.
+pub(crate) struct WordMaps<'a, 'obj> {
+    pub words: &'a MapMut<'obj>,
+    pub flagged: &'a MapMut<'obj>,
+    pub flows: &'a MapMut<'obj>,
+    pub barrier: &'a MapMut<'obj>,
+    pub barrier_inner: &'a MapMut<'obj>,
+}
+
+/// Sizes the maps of `src/bpf/words.h` in an opened program, before its
+/// load: a word per bucket and per override slot, a flag per bucket, and
+/// the override table.
+pub(crate) fn size_words(
+    words: &mut OpenMapMut<'_>,
+    flagged: &mut OpenMapMut<'_>,
+    flows: &mut OpenMapMut<'_>,
+    buckets: usize,
+    slots: usize,
+) -> Result<(), RuntimeError> {
+    let bpf = |what| move |source| RuntimeError::Bpf { what, source };
+    words
+        .set_max_entries((buckets + slots) as u32)
+        .map_err(bpf("sizing the bucket words"))?;
+    flagged
+        .set_max_entries(buckets as u32)
+        .map_err(bpf("sizing the flagged buckets"))?;
+    // Room for both directions of every overridden flow, and to spare: the
+    // LRU never evicts a live override.
+    flows
+        .set_max_entries((4 * slots).max(1) as u32)
+        .map_err(bpf("sizing the override table"))?;
+    Ok(())
+}
+
 /// A flow's Toeplitz input as the programs key it: addresses, then ports,
 /// zero-filled.
 pub type HashInput = [u8; rsspp_core::flow::MAX_HASH_INPUT];
@@ -93,20 +127,13 @@ impl Steering {
             .ok_or_else(|| RuntimeError::Config("the fanout program has no .rodata".into()))?;
         rodata.bucket_mask = (buckets - 1) as u32;
         rodata.workers = workers as u32;
-        open.maps
-            .rsspp_words
-            .set_max_entries((buckets + slots) as u32)
-            .map_err(bpf("sizing the bucket words"))?;
-        open.maps
-            .rsspp_flagged
-            .set_max_entries(buckets as u32)
-            .map_err(bpf("sizing the flagged buckets"))?;
-        // Room for both directions of every overridden flow, and to spare:
-        // the LRU never evicts a live override.
-        open.maps
-            .rsspp_overrides
-            .set_max_entries((4 * slots).max(1) as u32)
-            .map_err(bpf("sizing the override table"))?;
+        size_words(
+            &mut open.maps.rsspp_words,
+            &mut open.maps.rsspp_flagged,
+            &mut open.maps.rsspp_overrides,
+            buckets,
+            slots,
+        )?;
         let skel = open.load().map_err(|source| {
             if source.kind() == libbpf_rs::ErrorKind::PermissionDenied {
                 RuntimeError::NoPrivileges
@@ -136,37 +163,47 @@ impl Steering {
                     source,
                 })
             })?;
-        let words_map =
-            MapHandle::try_from(&skel.maps.rsspp_words).map_err(bpf("taking the words map"))?;
-        let mut steering = Self::with_words(prog, words_map, buckets + slots)?;
-        steering.buckets = buckets;
-        steering.slots = slots;
-        if slots > 0 {
-            steering.overrides = Some(OverrideMaps {
-                flagged: MapHandle::try_from(&skel.maps.rsspp_flagged)
-                    .map_err(bpf("taking the flagged buckets map"))?,
-                flows: MapHandle::try_from(&skel.maps.rsspp_overrides)
-                    .map_err(bpf("taking the override table"))?,
-                barrier: MapHandle::try_from(&skel.maps.rsspp_barrier)
-                    .map_err(bpf("taking the barrier map"))?,
-                barrier_inner: MapHandle::try_from(&skel.maps.rsspp_barrier_inner)
-                    .map_err(bpf("taking the barrier map"))?,
-            });
-        }
-        Ok(steering)
+        Self::with_words(
+            prog,
+            WordMaps {
+                words: &skel.maps.rsspp_words,
+                flagged: &skel.maps.rsspp_flagged,
+                flows: &skel.maps.rsspp_overrides,
+                barrier: &skel.maps.rsspp_barrier,
+                barrier_inner: &skel.maps.rsspp_barrier_inner,
+            },
+            buckets,
+            slots,
+        )
     }
 
     /// The steering of a loaded program (the fanout program or the afxdp
-    /// backend's XDP program: the same words) whose words map has
-    /// `buckets` entries, mapped here.
+    /// backend's XDP program: the same words, `src/bpf/words.h`) for
+    /// `buckets` buckets and `slots` override slots, its words mapped here.
     pub(crate) fn with_words(
         prog: OwnedFd,
-        words_map: MapHandle,
+        maps: WordMaps<'_, '_>,
         buckets: usize,
+        slots: usize,
     ) -> Result<Self, RuntimeError> {
+        let bpf = |what| move |source| RuntimeError::Bpf { what, source };
+        let words_map = MapHandle::try_from(maps.words).map_err(bpf("taking the words map"))?;
+        let overrides = if slots > 0 {
+            Some(OverrideMaps {
+                flagged: MapHandle::try_from(maps.flagged)
+                    .map_err(bpf("taking the flagged buckets map"))?,
+                flows: MapHandle::try_from(maps.flows).map_err(bpf("taking the override table"))?,
+                barrier: MapHandle::try_from(maps.barrier)
+                    .map_err(bpf("taking the barrier map"))?,
+                barrier_inner: MapHandle::try_from(maps.barrier_inner)
+                    .map_err(bpf("taking the barrier map"))?,
+            })
+        } else {
+            None
+        };
         // SAFETY: sysconf has no preconditions.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
-        let map_len = (buckets * 8).div_ceil(page) * page;
+        let map_len = ((buckets + slots) * 8).div_ceil(page) * page;
         // SAFETY: a shared mapping of an mmapable array map's fd, of its
         // size rounded to pages; the result is checked.
         let ptr = unsafe {
@@ -191,8 +228,8 @@ impl Steering {
             words: ptr.cast(),
             map_len,
             buckets,
-            slots: 0,
-            overrides: None,
+            slots,
+            overrides,
         })
     }
 

@@ -233,14 +233,6 @@ impl Rx {
         }
     }
 
-    /// Waits at most `timeout_ms` for a frame.
-    fn wait(&self, timeout_ms: i32) {
-        match self {
-            Rx::Packet(r) => r.wait(timeout_ms),
-            Rx::Xdp(x) => x.wait(timeout_ms),
-        }
-    }
-
     /// Waits at most `timeout_ms` for a frame on this ring or on `other`.
     fn wait_with(&self, other: Option<&Rx>, timeout_ms: i32) {
         match (self, other) {
@@ -253,7 +245,9 @@ impl Rx {
                 // SAFETY: two valid pollfds.
                 unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout_ms) };
             }
-            _ => self.wait(timeout_ms),
+            (Rx::Xdp(a), Some(Rx::Xdp(b))) => a.wait_with(Some(b), timeout_ms),
+            (Rx::Packet(a), _) => a.wait(timeout_ms),
+            (Rx::Xdp(a), _) => a.wait_with(None, timeout_ms),
         }
     }
 

@@ -25,6 +25,9 @@
 //!
 //! - the same through NAT: every flow keeps one translation.
 //!
+//! - the same on the afxdp backend (AF_XDP sockets behind an XDP program
+//!   with the same override table).
+//!
 //! The counts are the workers' `rsspp_cpu_packets_total`, over three
 //! one-second windows from 4 s on; the window of median ratio is judged:
 //! on a shared host a stalled CPU or sender skews one window now and then.
@@ -404,6 +407,27 @@ fn elephants_through_nat_keep_their_order_and_state() {
             "flow {flow}: {addr:?} outside the pool"
         );
     }
+}
+
+/// On the afxdp backend: the XDP program looks the flow up in its
+/// override table as the fanout program does and hands an overridden
+/// flow's frames to its worker's second socket; the rest holds as with
+/// AF_PACKET.
+#[test]
+fn elephants_on_af_xdp_sockets_keep_their_order_and_state() {
+    if !ready() {
+        return;
+    }
+    let (on, _dir) = on_through("afxdp", 19_486, |_| {
+        ["--chain", "monitor", "--backend", "afxdp"]
+            .map(String::from)
+            .to_vec()
+    });
+    assert!(
+        on.stderr.contains("AF_XDP on veth1"),
+        "the afxdp backend ran: {}",
+        on.stderr
+    );
 }
 
 /// Per flow (the number in the payload), the source addresses and ports

@@ -4,16 +4,17 @@
  * frame, the Toeplitz hash of its flow (rsspp-linux's toeplitz.h, the same
  * hash as rsspp_core::Toeplitz::hash_flow), its bucket, the bucket's owner,
  * and a redirect into that worker's AF_XDP socket on the queue the frame
- * came in on (xsks index = rx_queue_index * workers + worker).
+ * came in on (xsks index = rx_queue_index * queue_sockets + worker).
  *
- * The per-bucket words are those of the fanout program (fanout.bpf.c), in
- * the same format: the owner in the top 16 bits (0: nobody, w + 1: worker
- * w), the number of the bucket's frames steered so far in the low 48, both
- * taken and advanced by one fetch-and-add, so that the controller's
- * compare-and-swap that changes the owner returns the mark of
- * rsspp_core::state::marks. The steering is done here, per bucket, rather
- * than by the NIC's indirection table: every worker has a socket on every
- * queue, all of a queue's sockets sharing one UMEM.
+ * The per-bucket words, and the per-flow overrides that steer a few flows
+ * by words of their own (rsspp nf --elephants on), are words.h's, shared
+ * with the fanout program, so that the controller's counted-mark handoff
+ * is the same for both backends. The steering is done here, per bucket,
+ * rather than by the NIC's indirection table: every worker has a socket on
+ * every queue (two with overrides: the second takes the frames an override
+ * steered), all of a queue's sockets sharing one UMEM. A queue's sockets
+ * are, in order, each worker's bucket-steered one, then each worker's
+ * override-steered one.
  *
  * The classification is the fanout program's (one function set, read
  * through bpf_xdp_load_bytes instead of bpf_skb_load_bytes), with up to two
@@ -24,12 +25,13 @@
  */
 #include "toeplitz.h"
 
-#define WORD_OWNER_SHIFT 48
-
 /* Table size - 1 (a power of two - 1); set before load. */
 const volatile __u32 bucket_mask = 0;
 /* Workers, each with a socket on every queue; set before load. */
 const volatile __u32 workers = 1;
+/* Sockets of a queue: workers, or 2 * workers with overrides; set before
+ * load. */
+const volatile __u32 queue_sockets = 1;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -38,16 +40,7 @@ struct {
 	__type(value, struct key_table);
 } rsspp_xsk_key SEC(".maps");
 
-/* One word per bucket (see above); sized by the loader, mapped by it. */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__uint(map_flags, BPF_F_MMAPABLE);
-	__type(key, __u32);
-	__type(value, __u64);
-} rsspp_words SEC(".maps");
-
-/* The sockets, queue-major; sized by the loader (queues * workers). */
+/* The sockets, queue-major; sized by the loader (queues * queue_sockets). */
 struct {
 	__uint(type, BPF_MAP_TYPE_XSKMAP);
 	__uint(max_entries, 1);
@@ -60,6 +53,8 @@ struct {
 #define CTX_LEN(ctx) bpf_xdp_get_buff_len(ctx)
 #include "classify.h"
 
+#include "words.h"
+
 SEC("xdp")
 int rsspp_xsk(struct xdp_md *ctx)
 {
@@ -67,9 +62,8 @@ int rsspp_xsk(struct xdp_md *ctx)
 	struct flow_input f = {};
 	__be16 proto;
 	__u32 off = 12, zero = 0, bucket, owner, slot;
-	int has_ports = 0, r;
+	int has_ports = 0, overridden, r;
 	struct key_table *t;
-	__u64 *word, old;
 
 	if (bpf_xdp_load_bytes(ctx, off, &proto, sizeof(proto)))
 		return XDP_PASS;
@@ -105,15 +99,13 @@ int rsspp_xsk(struct xdp_md *ctx)
 	if (!t)
 		return XDP_PASS;
 	bucket = toeplitz_flow(t, &f) & bucket_mask;
-	word = bpf_map_lookup_elem(&rsspp_words, &bucket);
-	if (!word)
-		return XDP_PASS;
-	old = __sync_fetch_and_add(word, 1);
-	owner = (__u32)(old >> WORD_OWNER_SHIFT);
+	owner = take_owner(bucket, &in, &overridden);
 	/* Nobody owns it (before the start, in the final drain). */
 	if (owner == 0)
 		return XDP_PASS;
-	slot = ctx->rx_queue_index * workers + (owner - 1);
+	slot = ctx->rx_queue_index * queue_sockets + (owner - 1);
+	if (overridden)
+		slot += workers;
 	/* A missing socket is the loader's bug: dropped, never passed, so
 	 * that the frame counted for its owner is not seen twice. */
 	return bpf_redirect_map(&rsspp_xsks, slot, XDP_DROP);

@@ -150,8 +150,8 @@ pub struct NfArgs {
     /// Per-flow overrides inside the buckets (elephants), as `rsspp run`'s:
     /// flows are counted one by one in the heaviest buckets, and elephants
     /// sharing a bucket get workers of their own, their state and order
-    /// kept, with oRSS's balancer rules (default: on with the afpacket
-    /// backend and rebalancing, off otherwise).
+    /// kept, with oRSS's balancer rules (default: on with rebalancing,
+    /// off with --no-balance).
     #[arg(long, value_enum, value_name = "on|off")]
     elephants: Option<OnOff>,
     /// Most flows steered on their own at once.
@@ -351,14 +351,9 @@ fn check(args: &NfArgs) -> Result<Config, CliError> {
 }
 
 /// The overrides' settings: `--elephants`, or its default (on where
-/// overrides can be: the afpacket backend, rebalancing).
+/// overrides can be: with rebalancing).
 fn elephants(args: &NfArgs) -> Result<Option<OverrideConfig>, CliError> {
-    let possible = args.backend == BackendArg::Afpacket && !args.no_balance;
     let on = match args.elephants {
-        Some(OnOff::On) if args.backend != BackendArg::Afpacket => return Err(CliError::Invalid(
-            "--elephants on needs --backend afpacket (the afxdp backend has no per-flow overrides)"
-                .into(),
-        )),
         Some(OnOff::On) if args.no_balance => {
             return Err(CliError::Invalid(
                 "--elephants on balances flows: it cannot go with --no-balance".into(),
@@ -366,7 +361,7 @@ fn elephants(args: &NfArgs) -> Result<Option<OverrideConfig>, CliError> {
         }
         Some(OnOff::On) => true,
         Some(OnOff::Off) => false,
-        None => possible,
+        None => !args.no_balance,
     };
     let config = OverrideConfig {
         max_overrides: args.max_overrides,
