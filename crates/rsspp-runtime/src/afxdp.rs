@@ -17,7 +17,9 @@
 //! otherwise (veth: copy). The program is attached through a BPF link
 //! (`BPF_LINK_CREATE`): the kernel detaches it when the link's last fd
 //! closes, the process's exit or crash included, so nothing stays attached.
-//! Frames go out through the `afpacket` backend's transmit sockets.
+//! Frames go out through an AF_XDP socket per worker on a queue of the
+//! output interface of its own ([`XskTx`]), or where that interface has
+//! too few queues, through the `afpacket` backend's transmit sockets.
 //!
 //! The kernel ABI used (`<linux/if_xdp.h>`): `XDP_UMEM_REG`, the ring-size
 //! options, `XDP_MMAP_OFFSETS` and the rings' mmap offsets, `bind` with
@@ -46,6 +48,7 @@ const AF_XDP: libc::c_int = 44;
 const SOL_XDP: libc::c_int = 283;
 const XDP_MMAP_OFFSETS: libc::c_int = 1;
 const XDP_RX_RING: libc::c_int = 2;
+const XDP_TX_RING: libc::c_int = 3;
 const XDP_UMEM_REG: libc::c_int = 4;
 const XDP_UMEM_FILL_RING: libc::c_int = 5;
 const XDP_UMEM_COMPLETION_RING: libc::c_int = 6;
@@ -54,6 +57,7 @@ const XDP_SHARED_UMEM: u16 = 1;
 const XDP_COPY: u16 = 1 << 1;
 const XDP_ZEROCOPY: u16 = 1 << 2;
 const XDP_PGOFF_RX_RING: libc::off_t = 0;
+const XDP_PGOFF_TX_RING: libc::off_t = 0x8000_0000;
 const XDP_UMEM_PGOFF_FILL_RING: libc::off_t = 0x1_0000_0000;
 const XDP_UMEM_PGOFF_COMPLETION_RING: libc::off_t = 0x1_8000_0000;
 // <linux/bpf.h>.
@@ -73,11 +77,21 @@ const RX_RING: u32 = 2048;
 const COMPLETION_RING: u32 = 64;
 /// Frames taken from one socket in one batch.
 const BATCH: u32 = 256;
+/// Frames of a transmit socket's own UMEM, and the size of its TX and
+/// completion rings (all of them fit in either).
+const TX_FRAMES: u32 = 2048;
+/// How long a flush waits for an interface that takes no frame (a queue
+/// stopped for longer, or the interface down, keeps them for later).
+pub const TX_STALL: std::time::Duration = std::time::Duration::from_millis(100);
+/// The fill ring the kernel demands of a transmit socket's UMEM (nothing
+/// is received there: it stays empty).
+const TX_FILL_RING: u32 = 64;
 
 // Ring sizes are powers of two (the kernel's rule, and the masks'); a
 // frame holds the kernel's XDP headroom (256) and a 1518-byte frame.
 const _: () = assert!(QUEUE_FRAMES.is_power_of_two() && RX_RING.is_power_of_two());
 const _: () = assert!(COMPLETION_RING.is_power_of_two() && FRAME_SIZE.is_power_of_two());
+const _: () = assert!(TX_FRAMES.is_power_of_two() && TX_FILL_RING.is_power_of_two());
 const _: () = assert!(FRAME_SIZE >= 256 + 1518);
 
 /// `struct xdp_umem_reg` (the kernel accepts this size and the shorter,
@@ -526,6 +540,231 @@ fn bind(fd: RawFd, ifindex: u32, queue: u32, flags: u16, shared: u32) -> Result<
         return Err(os("binding an AF_XDP socket to the interface's queue"));
     }
     Ok(())
+}
+
+/// An AF_XDP socket that transmits on one queue of an interface, with a
+/// UMEM of its own: a frame is copied into one of its chunks and its
+/// descriptor put on the TX ring; the kernel sends what the ring holds
+/// when kicked (`sendto`) and gives the chunk back on the completion ring.
+/// One per worker, each on its own queue (the kernel binds one UMEM to a
+/// queue).
+#[derive(Debug)]
+pub struct XskTx {
+    fd: OwnedFd,
+    area: Mapping,
+    tx: Ring,
+    completion: Ring,
+    _fill: Ring,
+    /// Chunks neither on the TX ring nor waiting for their completion.
+    free: Vec<u64>,
+    /// Our TX producer index (published at each push).
+    produced: u32,
+    /// How the socket bound.
+    pub mode: Mode,
+}
+
+/// What a [`XskTx::flush`] found.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Flushed {
+    /// Frames the interface refused (consumed from the ring, not sent).
+    pub refused: u64,
+    /// Frames left on the ring: the interface took none for
+    /// [`TX_STALL`].
+    pub stuck: u64,
+}
+
+impl XskTx {
+    /// A socket transmitting on `queue` of interface `ifindex`, zero-copy
+    /// where the driver allows it, copy mode otherwise.
+    pub fn new(ifindex: u32, queue: u32) -> Result<Self, RuntimeError> {
+        match Self::bound(ifindex, queue, XDP_ZEROCOPY) {
+            Ok(s) => Ok(s),
+            Err(RuntimeError::Os(_)) => Self::bound(ifindex, queue, XDP_COPY),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn bound(ifindex: u32, queue: u32, flags: u16) -> Result<Self, RuntimeError> {
+        let fd = xsk_socket()?;
+        let raw = fd.as_raw_fd();
+        let len = (TX_FRAMES * FRAME_SIZE) as usize;
+        let area = Mapping::new(None, len, 0, "allocating a UMEM")?;
+        let reg = UmemReg {
+            addr: area.ptr as u64,
+            len: len as u64,
+            chunk_size: FRAME_SIZE,
+            headroom: 0,
+            flags: 0,
+            tx_metadata_len: 0,
+        };
+        setsockopt(raw, SOL_XDP, XDP_UMEM_REG, &reg, "registering a UMEM")?;
+        setsockopt(raw, SOL_XDP, XDP_TX_RING, &TX_FRAMES, "sizing a TX ring")?;
+        setsockopt(
+            raw,
+            SOL_XDP,
+            XDP_UMEM_FILL_RING,
+            &TX_FILL_RING,
+            "sizing a fill ring",
+        )?;
+        setsockopt(
+            raw,
+            SOL_XDP,
+            XDP_UMEM_COMPLETION_RING,
+            &TX_FRAMES,
+            "sizing a completion ring",
+        )?;
+        let off: MmapOffsets = getsockopt(raw, XDP_MMAP_OFFSETS)
+            .ok_or_else(|| os("reading the AF_XDP ring offsets"))?;
+        let tx = Ring::map::<Desc>(
+            raw,
+            off.tx,
+            TX_FRAMES,
+            XDP_PGOFF_TX_RING,
+            "mapping an AF_XDP TX ring",
+        )?;
+        let completion = Ring::map::<u64>(
+            raw,
+            off.cr,
+            TX_FRAMES,
+            XDP_UMEM_PGOFF_COMPLETION_RING,
+            "mapping a completion ring",
+        )?;
+        let fill = Ring::map::<u64>(
+            raw,
+            off.fr,
+            TX_FILL_RING,
+            XDP_UMEM_PGOFF_FILL_RING,
+            "mapping a fill ring",
+        )?;
+        bind(raw, ifindex, queue, flags, 0)?;
+        let produced = tx.index(tx.producer).load(Ordering::Relaxed);
+        Ok(Self {
+            fd,
+            area,
+            tx,
+            completion,
+            _fill: fill,
+            free: (0..u64::from(TX_FRAMES))
+                .rev()
+                .map(|i| i * u64::from(FRAME_SIZE))
+                .collect(),
+            produced,
+            mode: if flags & XDP_ZEROCOPY != 0 {
+                Mode::ZeroCopy
+            } else {
+                Mode::Copy
+            },
+        })
+    }
+
+    /// Puts a copy of `frame` on the TX ring (sent at the next
+    /// [`flush`](Self::flush) at the latest); false when it cannot: longer
+    /// than a chunk, or no chunk free even after the kernel sent what it
+    /// holds.
+    pub fn push(&mut self, frame: &[u8]) -> bool {
+        if frame.len() > FRAME_SIZE as usize {
+            return false;
+        }
+        if self.free.is_empty() {
+            self.reap();
+        }
+        if self.free.is_empty() {
+            // Every chunk on the ring or in flight: send them first.
+            self.flush();
+        }
+        let Some(addr) = self.free.pop() else {
+            return false;
+        };
+        // SAFETY: a free chunk of our UMEM (neither on the ring nor in
+        // flight), as long as the frame (checked above); the slot is past
+        // the kernel's consumer (the ring holds every chunk).
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                frame.as_ptr(),
+                self.area.ptr.add(addr as usize),
+                frame.len(),
+            );
+            *self.tx.slot::<Desc>(self.produced) = Desc {
+                addr,
+                len: frame.len() as u32,
+                options: 0,
+            };
+        }
+        self.produced = self.produced.wrapping_add(1);
+        self.tx
+            .index(self.tx.producer)
+            .store(self.produced, Ordering::Release);
+        true
+    }
+
+    /// Frames on the TX ring the kernel has not taken yet.
+    pub fn queued(&self) -> u32 {
+        self.produced
+            .wrapping_sub(self.tx.index(self.tx.consumer).load(Ordering::Acquire))
+    }
+
+    /// Takes back the chunks the kernel has completed.
+    fn reap(&mut self) {
+        let cons = self
+            .completion
+            .index(self.completion.consumer)
+            .load(Ordering::Relaxed);
+        let prod = self
+            .completion
+            .index(self.completion.producer)
+            .load(Ordering::Acquire);
+        for i in 0..prod.wrapping_sub(cons) {
+            // SAFETY: an entry the kernel produced (acquired above).
+            let addr = unsafe { *self.completion.slot::<u64>(cons.wrapping_add(i)) };
+            self.free.push(addr & !u64::from(FRAME_SIZE - 1));
+        }
+        self.completion
+            .index(self.completion.consumer)
+            .store(prod, Ordering::Release);
+    }
+
+    /// Kicks the kernel until it has taken every frame on the TX ring (in
+    /// copy mode each is then handed to the interface; veth's peer has
+    /// received it when the kick returns), taking back the chunks it
+    /// completed. Gives up after [`TX_STALL`] without progress (an
+    /// interface that is down keeps its ring).
+    pub fn flush(&mut self) -> Flushed {
+        let mut flushed = Flushed::default();
+        let mut last = self.queued();
+        let mut stalled_since = None;
+        while last > 0 {
+            // SAFETY: a kick: no buffer, no address.
+            let r = unsafe {
+                libc::sendto(
+                    self.fd.as_raw_fd(),
+                    std::ptr::null(),
+                    0,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null(),
+                    0,
+                )
+            };
+            if r < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EBUSY) {
+                // The interface dropped one frame: taken, not sent.
+                flushed.refused += 1;
+            }
+            self.reap();
+            let now = self.queued();
+            if now < last {
+                stalled_since = None;
+            } else {
+                let since = *stalled_since.get_or_insert_with(std::time::Instant::now);
+                if since.elapsed() > TX_STALL {
+                    flushed.stuck = u64::from(now);
+                    break;
+                }
+                std::thread::yield_now();
+            }
+            last = now;
+        }
+        self.reap();
+        flushed
+    }
 }
 
 /// A worker's sockets, one per queue.

@@ -38,14 +38,14 @@ use serde::Serialize;
 use tracing::{debug, info, warn};
 
 use crate::afpacket::{self, FanoutGroup, RingConfig, TxSocket};
-use crate::afxdp::XdpSetup;
+use crate::afxdp::{XdpSetup, XskTx};
 use crate::error::RuntimeError;
 use crate::metrics::{Exporter, RoundFigures};
 use crate::nf::{FlowRecord, NetworkFunction};
 use crate::reframe::{ReframeStage, ReframerReport};
 use crate::steer::{HashInput, Steering};
 use crate::worker::{
-    hash_input, Clock, Core, Finished, FlowOverrides, Rx, ToController, ToWorker, Worker,
+    hash_input, Clock, Core, Finished, FlowOverrides, Rx, ToController, ToWorker, Tx, Worker,
     WorkerReport,
 };
 
@@ -301,6 +301,37 @@ pub struct Outcome {
     pub flows: Vec<FlowRecord>,
 }
 
+/// The workers' transmit sockets on `out` (index `index`): with the afxdp
+/// backend an AF_XDP socket each, worker w on queue w, where `out` has a
+/// queue per worker and takes them; AF_PACKET sockets otherwise (said in
+/// the log).
+fn transmit_sockets(
+    backend: Backend,
+    out: &str,
+    index: u32,
+    n: usize,
+) -> Result<Vec<Tx>, RuntimeError> {
+    if backend == Backend::AfXdp {
+        let xsks: Result<Vec<XskTx>, RuntimeError> =
+            (0..n).map(|w| XskTx::new(index, w as u32)).collect();
+        match xsks {
+            Ok(xsks) => {
+                info!(
+                    "AF_XDP transmission on {out} ({} mode): a queue per worker",
+                    xsks[0].mode
+                );
+                return Ok(xsks.into_iter().map(Tx::Xdp).collect());
+            }
+            Err(e) => info!(
+                "AF_PACKET transmission on {out}: no AF_XDP socket on a queue per worker ({e})"
+            ),
+        }
+    }
+    (0..n)
+        .map(|_| TxSocket::new(index).map(Tx::Packet))
+        .collect()
+}
+
 /// Runs the runtime with a network function per worker (`make(worker)`)
 /// until `stop` is raised or the duration has passed.
 pub fn run<N: NetworkFunction>(
@@ -396,10 +427,13 @@ pub fn run<N: NetworkFunction>(
             )
         }
     };
-    let mut tx = Vec::with_capacity(n);
-    for _ in 0..n {
-        tx.push(out_index.map(TxSocket::new).transpose()?);
-    }
+    let tx = match (out_index, config.output.as_deref()) {
+        (Some(index), Some(out)) => transmit_sockets(config.backend, out, index, n)?
+            .into_iter()
+            .map(Some)
+            .collect(),
+        _ => (0..n).map(|_| None).collect::<Vec<_>>(),
+    };
 
     // Every bucket starts on the parking member; giving each its first
     // owner is a switch like any other, whose mark is where the owner's

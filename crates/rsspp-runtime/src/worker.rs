@@ -16,7 +16,7 @@ use rsspp_trace::{FrameKind, PacketRecord};
 use serde::Serialize;
 
 use crate::afpacket::{monotonic_ns, pin_to, Frame, RxRing, TxSocket};
-use crate::afxdp::XskRx;
+use crate::afxdp::{XskRx, XskTx};
 use crate::nf::{headers, BucketFlows, NetworkFunction, Packet, SharedFlows, Verdict};
 use crate::reframe::{realtime_ns, HeldFrame, ReframeStage, ReframerReport};
 use crate::steer::HashInput;
@@ -223,6 +223,25 @@ pub(crate) enum Rx {
     Xdp(XskRx),
 }
 
+/// A worker's transmit side: an AF_PACKET socket (one `sendto` a frame),
+/// or an AF_XDP socket on a queue of its own (frames copied into its UMEM,
+/// sent a batch at a time).
+pub(crate) enum Tx {
+    Packet(TxSocket),
+    Xdp(XskTx),
+}
+
+impl Tx {
+    /// Sends `frame` (AF_PACKET), or queues it until the next flush
+    /// (AF_XDP); false if refused.
+    fn push(&mut self, frame: &[u8]) -> bool {
+        match self {
+            Tx::Packet(t) => t.send(frame),
+            Tx::Xdp(t) => t.push(frame),
+        }
+    }
+}
+
 impl Rx {
     /// Calls `f` on the next frames ready, in order; returns how many (0:
     /// none ready).
@@ -278,7 +297,7 @@ pub(crate) struct Core<N: NetworkFunction> {
     pub nf: N,
     pub shard: Shard<BucketState<N::State>, Parked>,
     pub shared: Option<Arc<SharedFlowTable<N::State>>>,
-    pub tx: Option<TxSocket>,
+    pub tx: Option<Tx>,
     pub toeplitz: Toeplitz,
     pub buckets: usize,
     pub peers: Vec<Sender<ToWorker<N::State>>>,
@@ -784,12 +803,32 @@ impl<N: NetworkFunction> Core<N> {
     fn out(&mut self, packet: &Packet<'_>, verdict: Verdict) {
         match verdict {
             Verdict::Drop(why) => count(&mut self.report.dropped, why),
-            Verdict::Forward => match self.tx.as_mut().map(|tx| tx.send(packet.data)) {
+            Verdict::Forward => match self.tx.as_mut().map(|tx| tx.push(packet.data)) {
                 Some(true) => self.report.forwarded += 1,
                 Some(false) => count(&mut self.report.dropped, "tx_error"),
                 None => count(&mut self.report.dropped, "sink"),
             },
         }
+    }
+
+    /// Sends what the transmit side holds. Frames the interface refused
+    /// were counted as forwarded: they move to `tx_error`, as do, at the
+    /// end (`last`), those it never took.
+    /// True if there was something to send.
+    pub(crate) fn flush_tx(&mut self, last: bool) -> bool {
+        let Some(Tx::Xdp(tx)) = self.tx.as_mut() else {
+            return false;
+        };
+        if tx.queued() == 0 {
+            return false;
+        }
+        let f = tx.flush();
+        let lost = f.refused + if last { f.stuck } else { 0 };
+        if lost > 0 {
+            self.report.forwarded = self.report.forwarded.saturating_sub(lost);
+            *self.report.dropped.entry("tx_error".into()).or_insert(0) += lost;
+        }
+        true
     }
 
     /// Processes the frames parked for a bucket just taken over.
@@ -820,6 +859,9 @@ impl<N: NetworkFunction> Core<N> {
     /// Sends the states that left to their new owners (or keeps them, in
     /// the final drain).
     fn deliver(&mut self) {
+        // What this worker sent goes out before any state leaves it: the
+        // new owner's frames of a flow come after its old owner's.
+        self.flush_tx(false);
         self.complete_adds();
         self.shard.settle();
         let released: Vec<_> = self.shard.take_released().collect();
@@ -1044,6 +1086,11 @@ impl<N: NetworkFunction> Worker<N> {
             if let Some(r) = override_ring.as_mut() {
                 n += r.next_batch(|frame| core.override_frame(frame));
             }
+            // Nothing came: what waits to be sent goes out before any
+            // sleep (sending is work, like a block).
+            if n == 0 && core.flush_tx(false) {
+                n = 1;
+            }
             let now = monotonic_ns();
             if core.reframe_advance(now) {
                 // Frames processed: work, like a block.
@@ -1061,13 +1108,17 @@ impl<N: NetworkFunction> Worker<N> {
             // Time since `last` (messages, this block) was work when a block
             // came, polling otherwise.
             if n > 0 {
+                // Handing states over (and sending what goes before them)
+                // is part of the block's work.
+                core.deliver();
+                let done = monotonic_ns();
                 core.clock
                     .busy_ns
-                    .fetch_add(now.saturating_sub(last), Ordering::Relaxed);
-                core.deliver();
+                    .fetch_add(done.saturating_sub(last), Ordering::Relaxed);
                 if finishing.is_some() {
                     finishing = Some(now);
                 }
+                last = done;
             } else {
                 core.clock
                     .idle_ns
@@ -1115,10 +1166,9 @@ impl<N: NetworkFunction> Worker<N> {
                     .idle_ns
                     .fetch_add(waited.saturating_sub(now), Ordering::Relaxed);
                 last = waited;
-                continue;
             }
-            last = now;
         }
+        core.flush_tx(true);
         ring_drops += ring.drops() + override_ring.as_mut().map_or(0, Rx::drops);
         core.clock
             .publish(&core.report, ring_drops, core.reframer_live());

@@ -64,6 +64,7 @@ struct Run {
     trace_counts: BTreeMap<Flow, u64>,
     monitor: BTreeMap<Flow, u64>,
     total: u64,
+    stderr: String,
 }
 
 /// The whole setup, with `extra` options for `rsspp nf`.
@@ -95,8 +96,20 @@ fn run_on(test: &str, queues: u32, extra: &[&str]) -> Run {
     let total: u64 = trace_counts.values().sum();
 
     let ns = Netns::with_veth_queues(test, queues);
+    let q = queues.to_string();
     ns.ip(&[
-        "link", "add", "veth2", "type", "veth", "peer", "name", "veth3",
+        "link",
+        "add",
+        "veth2",
+        "numtxqueues",
+        &q,
+        "numrxqueues",
+        &q,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "veth3",
     ]);
     ns.ip(&["link", "set", "veth2", "up"]);
     ns.ip(&["link", "set", "veth3", "up"]);
@@ -175,6 +188,7 @@ fn run_on(test: &str, queues: u32, extra: &[&str]) -> Run {
         trace_counts,
         monitor,
         total,
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
 }
 
@@ -234,6 +248,12 @@ fn afxdp_ordered_moves_lose_no_state_and_keep_every_flow_in_order() {
     let r = run("afxdp", &["--backend", "afxdp"]);
     eprintln!("afxdp: {}", r.summary);
     assert_ordered(&r);
+    // veth2 has one queue for two workers: AF_PACKET transmits.
+    assert!(
+        r.stderr.contains("AF_PACKET transmission on veth2"),
+        "{}",
+        r.stderr
+    );
 }
 
 #[test]
@@ -244,10 +264,17 @@ fn afxdp_on_two_queues_keeps_every_flow_in_order() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     // Each worker has a socket on each of veth1's two queues (a UMEM per
     // queue, shared by its sockets); the sender's flows are spread over
-    // both queues by veth0's transmit queue choice.
+    // both queues by veth0's transmit queue choice. veth2 has a queue per
+    // worker too: each transmits through an AF_XDP socket of its own, and
+    // a flow's frames still come out in order when its bucket moves.
     let r = run_on("afxdp-2q", 2, &["--backend", "afxdp"]);
     eprintln!("afxdp, 2 queues: {}", r.summary);
     assert_ordered(&r);
+    assert!(
+        r.stderr.contains("AF_XDP transmission on veth2"),
+        "{}",
+        r.stderr
+    );
 }
 
 /// `rsspp nf --backend afxdp` in `ns` as `user` (None: root), with the
