@@ -1,4 +1,4 @@
-//! Compiles the fanout program and the afxdp backend's XDP program (C,
+//! Compiles the fanout program and the afxdp backend's XDP programs (C,
 //! clang) and generates their Rust skeletons. The Toeplitz code is
 //! rsspp-linux's `toeplitz.h`, included from there.
 
@@ -10,6 +10,7 @@ fn main() {
         &[
             ("src/bpf/fanout.bpf.c", "fanout.skel.rs"),
             ("src/bpf/xsk.bpf.c", "xsk.skel.rs"),
+            ("src/bpf/xsk_nic.bpf.c", "xsk_nic.skel.rs"),
         ],
         &["-mcpu=v3"],
         Some("../rsspp-linux/src/bpf"),

@@ -36,11 +36,15 @@ use rsspp_core::{RssKey, Toeplitz};
 
 use crate::afpacket::{os, setsockopt, Frame};
 use crate::error::{Os, RuntimeError};
-use crate::steer::{route_libbpf_logs, size_words, Steering, WordMaps, MAX_BUCKETS};
+use crate::steer::{route_libbpf_logs, size_words, MappedArray, Steering, WordMaps, MAX_BUCKETS};
 
 mod skel {
     include!(concat!(env!("OUT_DIR"), "/xsk.skel.rs"));
 }
+mod nic_skel {
+    include!(concat!(env!("OUT_DIR"), "/xsk_nic.skel.rs"));
+}
+use nic_skel::XskNicSkelBuilder;
 use skel::XskSkelBuilder;
 
 // <linux/if_xdp.h>.
@@ -820,6 +824,19 @@ pub struct XdpSetup {
     pub attached: Attached,
 }
 
+/// Hardware mode's maps, shared with its program: per bucket, the frames
+/// that came on the queue the NIC names before its word did (`early`), and
+/// that queue (`nic_queue`, written with the NIC's table); per queue, every
+/// frame the program saw (`queue_frames`); frames that came after their
+/// fence (`late`, one entry).
+#[derive(Debug)]
+pub struct NicCounts {
+    pub(crate) early: MappedArray,
+    pub(crate) queue_frames: MappedArray,
+    pub(crate) nic_queue: MappedArray,
+    pub(crate) late: MappedArray,
+}
+
 /// The program's link and maps, kept for as long as it runs.
 #[derive(Debug)]
 pub struct Attached {
@@ -904,6 +921,78 @@ pub fn rx_queues(iface: &str, ifindex: u32) -> Result<u32, RuntimeError> {
     Ok(n.max(1))
 }
 
+/// `per_queue` sockets on each of queues `0..queues` of `iface`, those of
+/// a queue sharing its UMEM, and how they bound: zero-copy where the
+/// driver has it (for every queue, or for none: the first refusal
+/// decides), copy mode otherwise.
+fn open_queues(
+    iface: &str,
+    ifindex: u32,
+    queues: u32,
+    per_queue: usize,
+) -> Result<(Vec<Vec<XskSocket>>, Mode), RuntimeError> {
+    let mut mode = Mode::ZeroCopy;
+    let mut all: Vec<Vec<XskSocket>> = Vec::with_capacity(queues as usize);
+    for q in 0..queues {
+        let copy = || {
+            XskSocket::first(ifindex, q, XDP_COPY).map_err(|e| match e {
+                RuntimeError::Os(o) => RuntimeError::Config(format!(
+                    "{iface} queue {q}: no AF_XDP socket, not even in copy mode ({})",
+                    o.source
+                )),
+                e => e,
+            })
+        };
+        let first = if mode == Mode::ZeroCopy {
+            match XskSocket::first(ifindex, q, XDP_ZEROCOPY) {
+                Ok(s) => s,
+                Err(RuntimeError::Os(o)) => {
+                    tracing::debug!("{iface} queue {q}: no zero-copy ({o}); copy mode");
+                    mode = Mode::Copy;
+                    copy()?
+                }
+                Err(e) => return Err(e),
+            }
+        } else {
+            copy()?
+        };
+        let mut sockets = Vec::with_capacity(per_queue);
+        for _ in 1..per_queue {
+            sockets.push(XskSocket::sharing(&first, ifindex, q)?);
+        }
+        sockets.insert(0, first);
+        all.push(sockets);
+    }
+    Ok((all, mode))
+}
+
+/// Attaches `prog` to `iface` (index `ifindex`) through a BPF link, the
+/// refusal said in one line.
+fn attach_to(prog: RawFd, iface: &str, ifindex: u32) -> Result<OwnedFd, RuntimeError> {
+    attach(prog, ifindex).map_err(|source| {
+        let why = match source.raw_os_error() {
+            Some(libc::ERANGE) => " (its MTU is too large for XDP)",
+            Some(libc::EEXIST) | Some(libc::EBUSY) => " (another XDP program is attached)",
+            Some(libc::EOPNOTSUPP) => " (no XDP on this interface)",
+            _ => "",
+        };
+        RuntimeError::Config(format!(
+            "cannot attach an XDP program to {iface}: {source}{why}"
+        ))
+    })
+}
+
+/// Loading a program: a refusal for want of privileges is said so.
+fn load_error(what: &'static str) -> impl Fn(libbpf_rs::Error) -> RuntimeError {
+    move |source| {
+        if source.kind() == libbpf_rs::ErrorKind::PermissionDenied {
+            RuntimeError::NoPrivileges
+        } else {
+            RuntimeError::Bpf { what, source }
+        }
+    }
+}
+
 impl XdpSetup {
     /// Loads the program for `buckets` buckets hashed with `key` and
     /// `slots` override slots (0: none), opens `workers` sockets on each of
@@ -927,40 +1016,7 @@ impl XdpSetup {
         let queue_sockets = if slots > 0 { 2 * workers } else { workers };
         // Sockets first: no privileges (or no AF_XDP) is said before any
         // program is loaded.
-        let mut mode = Mode::ZeroCopy;
-        let mut per_queue: Vec<Vec<XskSocket>> = Vec::with_capacity(queues as usize);
-        for q in 0..queues {
-            let copy = || {
-                XskSocket::first(ifindex, q, XDP_COPY).map_err(|e| match e {
-                    RuntimeError::Os(o) => RuntimeError::Config(format!(
-                        "{iface} queue {q}: no AF_XDP socket, not even in copy mode ({})",
-                        o.source
-                    )),
-                    e => e,
-                })
-            };
-            // Zero-copy where the driver has it (for every queue, or for
-            // none: the first refusal decides).
-            let first = if mode == Mode::ZeroCopy {
-                match XskSocket::first(ifindex, q, XDP_ZEROCOPY) {
-                    Ok(s) => s,
-                    Err(RuntimeError::Os(o)) => {
-                        tracing::debug!("{iface} queue {q}: no zero-copy ({o}); copy mode");
-                        mode = Mode::Copy;
-                        copy()?
-                    }
-                    Err(e) => return Err(e),
-                }
-            } else {
-                copy()?
-            };
-            let mut sockets = Vec::with_capacity(queue_sockets);
-            for _ in 1..queue_sockets {
-                sockets.push(XskSocket::sharing(&first, ifindex, q)?);
-            }
-            sockets.insert(0, first);
-            per_queue.push(sockets);
-        }
+        let (per_queue, mode) = open_queues(iface, ifindex, queues, queue_sockets)?;
 
         route_libbpf_logs();
         let bpf = |what| move |source| RuntimeError::Bpf { what, source };
@@ -987,16 +1043,7 @@ impl XdpSetup {
             .rsspp_xsks
             .set_max_entries(queues * queue_sockets as u32)
             .map_err(bpf("sizing the socket map"))?;
-        let skel = open.load().map_err(|source| {
-            if source.kind() == libbpf_rs::ErrorKind::PermissionDenied {
-                RuntimeError::NoPrivileges
-            } else {
-                RuntimeError::Bpf {
-                    what: "loading the XDP program",
-                    source,
-                }
-            }
-        })?;
+        let skel = open.load().map_err(load_error("loading the XDP program"))?;
         skel.maps
             .rsspp_xsk_key
             .update(
@@ -1043,17 +1090,7 @@ impl XdpSetup {
             buckets,
             slots,
         )?;
-        let link = attach(steering.prog_fd(), ifindex).map_err(|source| {
-            let why = match source.raw_os_error() {
-                Some(libc::ERANGE) => " (its MTU is too large for XDP)",
-                Some(libc::EEXIST) | Some(libc::EBUSY) => " (another XDP program is attached)",
-                Some(libc::EOPNOTSUPP) => " (no XDP on this interface)",
-                _ => "",
-            };
-            RuntimeError::Config(format!(
-                "cannot attach an XDP program to {iface}: {source}{why}"
-            ))
-        })?;
+        let link = attach_to(steering.prog_fd(), iface, ifindex)?;
         // Socket `w` of a queue is worker w's, `workers + w` its
         // override-steered one.
         let mut rx: Vec<(XskRx, Option<XskRx>)> = (0..workers)
@@ -1083,6 +1120,157 @@ impl XdpSetup {
                 _xsks: xsks,
             },
         })
+    }
+
+    /// Hardware mode: loads the counting program for the NIC's table of
+    /// `buckets` buckets and its `key`, opens one socket on each of the
+    /// queues `0..workers` (worker w's on queue w), and attaches the
+    /// program last; every bucket starts on nobody. The NIC's table is the
+    /// caller's to write. Also returns the maps the controller's fences
+    /// and marks read.
+    pub fn nic(
+        iface: &str,
+        ifindex: u32,
+        workers: usize,
+        buckets: usize,
+        key: &RssKey,
+    ) -> Result<(Self, NicCounts), RuntimeError> {
+        if !buckets.is_power_of_two() || buckets > MAX_BUCKETS {
+            return Err(RuntimeError::Config(format!(
+                "{iface}'s indirection table has {buckets} entries: hardware mode needs a power of two up to {MAX_BUCKETS}"
+            )));
+        }
+        let queues = rx_queues(iface, ifindex)?;
+        if (queues as usize) < workers {
+            return Err(RuntimeError::Config(format!(
+                "{iface} has {queues} receive queue{}: hardware mode needs one per worker ({workers})",
+                if queues == 1 { "" } else { "s" }
+            )));
+        }
+        let (per_queue, mode) = open_queues(iface, ifindex, workers as u32, 1)?;
+
+        route_libbpf_logs();
+        let bpf = |what| move |source| RuntimeError::Bpf { what, source };
+        let mut storage = MaybeUninit::uninit();
+        let mut open = XskNicSkelBuilder::default()
+            .open(&mut storage)
+            .map_err(bpf("opening the XDP program"))?;
+        let rodata = open
+            .maps
+            .rodata_data
+            .as_deref_mut()
+            .ok_or_else(|| RuntimeError::Config("the XDP program has no .rodata".into()))?;
+        rodata.bucket_mask = (buckets - 1) as u32;
+        size_words(
+            &mut open.maps.rsspp_words,
+            &mut open.maps.rsspp_flagged,
+            &mut open.maps.rsspp_overrides,
+            buckets,
+            0,
+        )?;
+        open.maps
+            .rsspp_xsks
+            .set_max_entries(workers as u32)
+            .map_err(bpf("sizing the socket map"))?;
+        open.maps
+            .rsspp_early
+            .set_max_entries(buckets as u32)
+            .map_err(bpf("sizing the early counts"))?;
+        open.maps
+            .rsspp_queue_frames
+            .set_max_entries(queues)
+            .map_err(bpf("sizing the queue counts"))?;
+        open.maps
+            .rsspp_nic_queue
+            .set_max_entries(buckets as u32)
+            .map_err(bpf("sizing the table's mirror"))?;
+        let skel = open.load().map_err(load_error("loading the XDP program"))?;
+        skel.maps
+            .rsspp_nic_key
+            .update(
+                &0u32.to_ne_bytes(),
+                &Toeplitz::new(key.clone()).table_ne_bytes(),
+                MapFlags::ANY,
+            )
+            .map_err(bpf("writing the key table"))?;
+        for (q, sockets) in per_queue.iter().enumerate() {
+            skel.maps
+                .rsspp_xsks
+                .update(
+                    &(q as u32).to_ne_bytes(),
+                    &(sockets[0].fd.as_raw_fd() as u32).to_ne_bytes(),
+                    MapFlags::ANY,
+                )
+                .map_err(bpf("adding a socket to the socket map"))?;
+        }
+        let prog = skel
+            .progs
+            .rsspp_xsk_nic
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|source| {
+                RuntimeError::Os(Os {
+                    what: "duplicating the program fd",
+                    source,
+                })
+            })?;
+        let xsks =
+            MapHandle::try_from(&skel.maps.rsspp_xsks).map_err(bpf("taking the socket map"))?;
+        let counts = NicCounts {
+            early: MappedArray::new(
+                MapHandle::try_from(&skel.maps.rsspp_early)
+                    .map_err(bpf("taking the early counts"))?,
+                buckets,
+                "mapping the early counts",
+            )?,
+            queue_frames: MappedArray::new(
+                MapHandle::try_from(&skel.maps.rsspp_queue_frames)
+                    .map_err(bpf("taking the queue counts"))?,
+                queues as usize,
+                "mapping the queue counts",
+            )?,
+            nic_queue: MappedArray::new(
+                MapHandle::try_from(&skel.maps.rsspp_nic_queue)
+                    .map_err(bpf("taking the table's mirror"))?,
+                buckets,
+                "mapping the table's mirror",
+            )?,
+            late: MappedArray::new(
+                MapHandle::try_from(&skel.maps.rsspp_late).map_err(bpf("taking the late count"))?,
+                1,
+                "mapping the late count",
+            )?,
+        };
+        let steering = Steering::with_words(
+            prog,
+            WordMaps {
+                words: &skel.maps.rsspp_words,
+                flagged: &skel.maps.rsspp_flagged,
+                flows: &skel.maps.rsspp_overrides,
+                barrier: &skel.maps.rsspp_barrier,
+                barrier_inner: &skel.maps.rsspp_barrier_inner,
+            },
+            buckets,
+            0,
+        )?;
+        let link = attach_to(steering.prog_fd(), iface, ifindex)?;
+        let rx = per_queue
+            .into_iter()
+            .map(|sockets| (XskRx { sockets }, None))
+            .collect();
+        Ok((
+            Self {
+                steering,
+                rx,
+                queues,
+                mode,
+                attached: Attached {
+                    _link: link,
+                    _xsks: xsks,
+                },
+            },
+            counts,
+        ))
     }
 }
 

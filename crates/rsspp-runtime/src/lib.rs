@@ -27,6 +27,7 @@ pub mod bench;
 pub mod error;
 pub mod metrics;
 pub mod nf;
+pub mod nic;
 pub mod reframe;
 pub mod runtime;
 pub mod steer;
@@ -37,6 +38,6 @@ pub use nf::{Chain, ChainConfig, FlowRecord, Flows, NetworkFunction, Packet, Ver
 pub use reframe::ReframerReport;
 pub use runtime::{
     run, Backend, Config, ElephantSummary, LoadSource, Moves, Outcome, ReframerSummary,
-    ScalingSummary, Summary, TableMode,
+    ScalingSummary, SteeringMode, Summary, TableMode,
 };
 pub use worker::WorkerReport;

@@ -42,6 +42,7 @@ use crate::afxdp::{XdpSetup, XskTx};
 use crate::error::RuntimeError;
 use crate::metrics::{Exporter, RoundFigures};
 use crate::nf::{FlowRecord, NetworkFunction};
+use crate::nic::{FenceSummary, Nic};
 use crate::reframe::{ReframeStage, ReframerReport};
 use crate::steer::{HashInput, Steering};
 use crate::worker::{
@@ -68,6 +69,17 @@ pub enum Backend {
     /// AF_XDP sockets, one per worker on each receive queue, steered by an
     /// XDP program with the same per-bucket words.
     AfXdp,
+}
+
+/// Who spreads the frames over the workers (the afxdp backend).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SteeringMode {
+    /// An XDP program, per bucket, into the owner's socket on the frame's
+    /// queue (any interface).
+    Software,
+    /// The NIC's RSS, worker w holding queue w; the controller rewrites the
+    /// NIC's indirection table (`crate::nic`).
+    Hardware,
 }
 
 /// What the rebalancer balances.
@@ -103,6 +115,9 @@ pub struct Config {
     pub cpus: Vec<u32>,
     /// How frames reach the workers.
     pub backend: Backend,
+    /// Who steers them (hardware: the afxdp backend only; the NIC's table
+    /// size and key then replace `buckets` and `key`).
+    pub steering: SteeringMode,
     /// Where the flow states live.
     pub table: TableMode,
     /// How buckets move.
@@ -148,6 +163,7 @@ impl Config {
             output: None,
             cpus,
             backend: Backend::AfPacket,
+            steering: SteeringMode::Software,
             table: TableMode::PerBucket,
             moves: Moves::Ordered,
             balance: true,
@@ -218,6 +234,9 @@ pub struct Summary {
     /// Per-flow overrides (`--elephants on`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub elephants: Option<ElephantSummary>,
+    /// Hardware mode: how the moves' fences ended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fences: Option<FenceSummary>,
     /// Per worker.
     pub workers: Vec<WorkerReport>,
 }
@@ -358,10 +377,41 @@ pub fn run<N: NetworkFunction>(
         e.validate()
             .map_err(|e| RuntimeError::Config(e.to_string()))?;
     }
+    let in_index = afpacket::ifindex(&config.input)?;
+    // Hardware mode: the NIC's table size and key replace the settings'.
+    let mut nic = None;
+    let from_nic;
+    let config = match config.steering {
+        SteeringMode::Software => config,
+        SteeringMode::Hardware => {
+            if config.backend != Backend::AfXdp {
+                return Err(RuntimeError::Config(
+                    "hardware mode is the afxdp backend's".into(),
+                ));
+            }
+            if config.elephants.is_some() {
+                return Err(RuntimeError::Config(
+                    "per-flow overrides in hardware mode would be the NIC's ntuple rules, \
+                     which rsspp does not write"
+                        .into(),
+                ));
+            }
+            let (device, rss) = Nic::open(&config.input, n)?;
+            info!(
+                "hardware mode on {}: its table of {} entries, its key",
+                config.input, rss.size
+            );
+            nic = Some(device);
+            let mut c = config.clone();
+            c.buckets = rss.size;
+            c.key = rss.key;
+            from_nic = c;
+            &from_nic
+        }
+    };
     // Twice the overrides: a slot being freed is not free yet, while the
     // policy may give its override to another flow at once.
     let slots = config.elephants.map_or(0, |e| 2 * e.max_overrides);
-    let in_index = afpacket::ifindex(&config.input)?;
     let out_index = config
         .output
         .as_deref()
@@ -405,14 +455,36 @@ pub fn run<N: NetworkFunction>(
             (steering, rings, Attached::Parking { _socket: parking })
         }
         Backend::AfXdp => {
-            let setup = XdpSetup::new(&config.input, in_index, n, config.buckets, slots, &key)?;
-            info!(
-                "AF_XDP on {} ({} mode): {} queue{} × {n} worker{plural}",
-                config.input,
-                setup.mode,
-                setup.queues,
-                if setup.queues == 1 { "" } else { "s" }
-            );
+            let setup = match nic.as_mut() {
+                None => {
+                    let setup =
+                        XdpSetup::new(&config.input, in_index, n, config.buckets, slots, &key)?;
+                    info!(
+                        "AF_XDP on {} ({} mode): {} queue{} × {n} worker{plural}",
+                        config.input,
+                        setup.mode,
+                        setup.queues,
+                        if setup.queues == 1 { "" } else { "s" }
+                    );
+                    setup
+                }
+                Some(nic) => {
+                    let (setup, counts) =
+                        XdpSetup::nic(&config.input, in_index, n, config.buckets, &key)?;
+                    nic.counting(counts);
+                    // The NIC spreads the buckets as the workers start, once
+                    // the sockets are bound and the program attached (the
+                    // driver may rebuild its table for either: virtio-net
+                    // does): until the words name them, the program passes
+                    // every frame to the stack.
+                    nic.write(&IndirectionTable::equal(config.buckets, n)?)?;
+                    info!(
+                        "AF_XDP on {} ({} mode), steered by the NIC: queues 0..{n} of {}, one a worker",
+                        config.input, setup.mode, setup.queues
+                    );
+                    setup
+                }
+            };
             let rings: Vec<(Rx, Option<Rx>)> = setup
                 .rx
                 .into_iter()
@@ -530,12 +602,14 @@ pub fn run<N: NetworkFunction>(
         elephants: config
             .elephants
             .map(|c| Elephants::new(c, slots, hot, config.handoff_timeout)),
+        nic,
+        clocks: clocks.clone(),
     };
     let result = controller.rounds(&mut table, &clocks, stop);
     // Whatever happened, the workers drain and exit.
     let settled = controller.settle();
     let marks: Vec<u64> = (0..config.buckets + slots)
-        .map(|b| steering.switch(b, PARKING))
+        .map(|b| controller.mark(b, steering.switch(b, PARKING)))
         .collect();
     for p in &controller.peers {
         let _ = p.send(ToWorker::Finish {
@@ -558,6 +632,7 @@ pub fn run<N: NetworkFunction>(
         scaling: controller.scaling,
         handoffs: controller.summary,
         elephants: controller.elephants.as_ref().map(Elephants::summary),
+        fences: controller.nic.as_ref().map(Nic::fences),
         ..Summary::default()
     };
     let mut reframer = config.reframer.map(|c| ReframerSummary {
@@ -630,6 +705,10 @@ struct Controller<'a, S> {
     started: Instant,
     exporter: Option<Exporter>,
     elephants: Option<Elephants>,
+    /// Hardware mode's NIC.
+    nic: Option<Nic>,
+    /// The workers' clocks (hardware mode's fences read them).
+    clocks: Vec<Arc<Clock>>,
 }
 
 /// The controller's side of the per-flow overrides: oRSS's policy
@@ -1207,6 +1286,15 @@ impl<S> Controller<'_, S> {
         Ok(())
     }
 
+    /// The mark to give `bucket`'s worker for its word's count `raw`
+    /// (hardware mode adds the frames the word did not number).
+    fn mark(&self, bucket: usize, raw: u64) -> u64 {
+        match &self.nic {
+            Some(nic) if bucket < self.config.buckets => nic.mark(bucket, raw),
+            _ => raw,
+        }
+    }
+
     /// Moves the plan's buckets, in order-preserving handoffs.
     fn execute(
         &mut self,
@@ -1222,10 +1310,36 @@ impl<S> Controller<'_, S> {
                 .map(|m| (m.to, ToWorker::Expect { bucket: m.bucket }))
                 .collect(),
         )?;
+        if let Some(nic) = self.nic.as_mut() {
+            // The NIC first, then its old queues' fences: every frame they
+            // held from before is counted when the words switch.
+            let mut next = table.clone();
+            next.apply(plan, self.peers.len())?;
+            nic.write(&next)?;
+            let sources: Vec<usize> = plan.moves.iter().map(|m| m.from).collect();
+            let clocks = &self.clocks;
+            nic.fence(&sources, |q| {
+                clocks[q].busy_ns.load(Ordering::Relaxed)
+                    + clocks[q].idle_ns.load(Ordering::Relaxed)
+            });
+        }
+        let raw: Vec<u64> = plan
+            .moves
+            .iter()
+            .map(|m| self.steering.switch(m.bucket, member(m.to)))
+            .collect();
+        if self.nic.is_some() {
+            // The program's runs that read a word before its switch are
+            // over: the early counts are whole.
+            self.steering.wait_for_programs()?;
+        }
         let now = self.now();
         let immediate = self.config.moves == Moves::Immediate;
-        for m in &plan.moves {
-            let mark = self.steering.switch(m.bucket, member(m.to));
+        for (m, raw) in plan.moves.iter().zip(raw) {
+            let mark = self.mark(m.bucket, raw);
+            if let Some(nic) = self.nic.as_mut() {
+                nic.handed_over(m.bucket);
+            }
             self.handoffs
                 .begin(m.bucket, m.from as u32, m.to as u32, now);
             self.forced[m.bucket] = false;

@@ -31,27 +31,95 @@ pub const MAX_BUCKETS: usize = 1 << 16;
 #[derive(Debug)]
 pub struct Steering {
     prog: OwnedFd,
-    _words_map: MapHandle,
-    words: *mut u64,
-    map_len: usize,
+    words: MappedArray,
     buckets: usize,
     /// Override slots (words after the buckets').
     slots: usize,
+    /// A map of maps, written to wait for the program's runs in progress.
+    barrier: MapHandle,
+    /// The map written into it.
+    barrier_inner: MapHandle,
     /// The maps of the overrides, when there are slots.
     overrides: Option<OverrideMaps>,
 }
 
-/// The fanout program's maps of per-flow overrides.
+/// The programs' maps of per-flow overrides.
 #[derive(Debug)]
 struct OverrideMaps {
     /// Per bucket: nonzero when some of its flows have an override.
     flagged: MapHandle,
     /// A flow's hash input → its slot.
     flows: MapHandle,
-    /// A map of maps, written to wait for the program's runs in progress.
-    barrier: MapHandle,
-    /// The map written into it.
-    barrier_inner: MapHandle,
+}
+
+/// A memory-mappable BPF array of `u64`s mapped into this process, shared
+/// with the program: read and written atomically only.
+#[derive(Debug)]
+pub(crate) struct MappedArray {
+    _map: MapHandle,
+    ptr: *mut u64,
+    len: usize,
+    map_len: usize,
+}
+
+// SAFETY: the mapping is shared memory accessed only atomically.
+unsafe impl Send for MappedArray {}
+// SAFETY: as above.
+unsafe impl Sync for MappedArray {}
+
+impl MappedArray {
+    /// Maps `map` (an array with `BPF_F_MMAPABLE` of `len` u64s).
+    pub(crate) fn new(
+        map: MapHandle,
+        len: usize,
+        what: &'static str,
+    ) -> Result<Self, RuntimeError> {
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+        let map_len = (len * 8).div_ceil(page) * page;
+        // SAFETY: a shared mapping of an mmapable array map's fd, of its
+        // size rounded to pages; the result is checked.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                map.as_fd().as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(RuntimeError::Os(Os {
+                what,
+                source: std::io::Error::last_os_error(),
+            }));
+        }
+        Ok(Self {
+            _map: map,
+            ptr: ptr.cast(),
+            len,
+            map_len,
+        })
+    }
+
+    /// Entry `i`.
+    ///
+    /// # Panics
+    /// If `i` is past the array.
+    pub(crate) fn get(&self, i: usize) -> &AtomicU64 {
+        assert!(i < self.len, "entry {i} past {}", self.len);
+        // SAFETY: inside the mapping, 8-byte aligned (page-aligned base);
+        // the program updates it atomically too.
+        unsafe { AtomicU64::from_ptr(self.ptr.add(i)) }
+    }
+}
+
+impl Drop for MappedArray {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, unmapped once.
+        unsafe { libc::munmap(self.ptr.cast(), self.map_len) };
+    }
 }
 
 /// The maps of `src/bpf/words.h` in a loaded program.
@@ -91,11 +159,6 @@ pub(crate) fn size_words(
 /// A flow's Toeplitz input as the programs key it: addresses, then ports,
 /// zero-filled.
 pub type HashInput = [u8; rsspp_core::flow::MAX_HASH_INPUT];
-
-// SAFETY: the mapping is shared memory accessed only atomically.
-unsafe impl Send for Steering {}
-// SAFETY: as above.
-unsafe impl Sync for Steering {}
 
 impl Steering {
     /// Loads the program for a table of `buckets` (a power of two) with the
@@ -193,42 +256,18 @@ impl Steering {
                 flagged: MapHandle::try_from(maps.flagged)
                     .map_err(bpf("taking the flagged buckets map"))?,
                 flows: MapHandle::try_from(maps.flows).map_err(bpf("taking the override table"))?,
-                barrier: MapHandle::try_from(maps.barrier)
-                    .map_err(bpf("taking the barrier map"))?,
-                barrier_inner: MapHandle::try_from(maps.barrier_inner)
-                    .map_err(bpf("taking the barrier map"))?,
             })
         } else {
             None
         };
-        // SAFETY: sysconf has no preconditions.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
-        let map_len = ((buckets + slots) * 8).div_ceil(page) * page;
-        // SAFETY: a shared mapping of an mmapable array map's fd, of its
-        // size rounded to pages; the result is checked.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                map_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                words_map.as_fd().as_raw_fd(),
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(RuntimeError::Os(Os {
-                what: "mapping the bucket words",
-                source: std::io::Error::last_os_error(),
-            }));
-        }
         Ok(Self {
             prog,
-            _words_map: words_map,
-            words: ptr.cast(),
-            map_len,
+            words: MappedArray::new(words_map, buckets + slots, "mapping the bucket words")?,
             buckets,
             slots,
+            barrier: MapHandle::try_from(maps.barrier).map_err(bpf("taking the barrier map"))?,
+            barrier_inner: MapHandle::try_from(maps.barrier_inner)
+                .map_err(bpf("taking the barrier map"))?,
             overrides,
         })
     }
@@ -255,13 +294,7 @@ impl Steering {
     }
 
     fn word(&self, bucket: usize) -> &AtomicU64 {
-        assert!(
-            bucket < self.buckets + self.slots,
-            "word {bucket} past the table"
-        );
-        // SAFETY: inside the mapping, 8-byte aligned (page-aligned base);
-        // the program updates it atomically too.
-        unsafe { AtomicU64::from_ptr(self.words.add(bucket)) }
+        self.words.get(bucket)
     }
 
     /// Flags `bucket` as having overrides (the program looks its flows up)
@@ -311,9 +344,8 @@ impl Steering {
     /// the program runs inside an RCU read-side section): what it looked up
     /// before, it has counted by now.
     pub fn wait_for_programs(&self) -> Result<(), RuntimeError> {
-        let maps = self.override_maps()?;
-        let fd = maps.barrier_inner.as_fd().as_raw_fd() as u32;
-        maps.barrier
+        let fd = self.barrier_inner.as_fd().as_raw_fd() as u32;
+        self.barrier
             .update(&0u32.to_ne_bytes(), &fd.to_ne_bytes(), MapFlags::ANY)
             .map_err(|source| RuntimeError::Bpf {
                 what: "waiting for the program's runs in progress",
@@ -350,13 +382,6 @@ impl Steering {
                 Err(now) => current = now,
             }
         }
-    }
-}
-
-impl Drop for Steering {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `load`, unmapped once.
-        unsafe { libc::munmap(self.words.cast(), self.map_len) };
     }
 }
 

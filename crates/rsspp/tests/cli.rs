@@ -622,7 +622,7 @@ fn nf_refuses_a_missing_interface_in_one_line() {
 }
 
 #[test]
-fn nf_refuses_bad_metrics_and_scaling_options_in_one_line() {
+fn nf_refuses_bad_metrics_scaling_and_mode_options_in_one_line() {
     for (args, said) in [
         (
             &["--autoscale", "--target-load", "2"][..],
@@ -631,6 +631,18 @@ fn nf_refuses_bad_metrics_and_scaling_options_in_one_line() {
         (
             &["--metrics-addr", "nope"][..],
             "rsspp: error: --metrics-addr \"nope\" is not an address:port (e.g. 127.0.0.1:9464)\n",
+        ),
+        (
+            &["--mode", "hardware"][..],
+            "rsspp: error: --mode hardware needs --backend afxdp (AF_XDP sockets on the NIC's queues)\n",
+        ),
+        (
+            &["--mode", "hardware", "--backend", "afxdp", "--elephants", "on"][..],
+            "rsspp: error: --elephants on: in hardware mode an override would be the NIC's ntuple rule, which rsspp does not write\n",
+        ),
+        (
+            &["--mode", "hardware", "--backend", "afxdp", "--rss-key", "symmetric"][..],
+            "rsspp: error: --rss-key: hardware mode hashes with the NIC's key (set it with ethtool -X IFACE hkey)\n",
         ),
     ] {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_rsspp"))

@@ -16,9 +16,10 @@
  * are, in order, each worker's bucket-steered one, then each worker's
  * override-steered one.
  *
- * The classification is the fanout program's (one function set, read
- * through bpf_xdp_load_bytes instead of bpf_skb_load_bytes), with up to two
- * VLAN tags in the frame skipped (nothing has taken one out before XDP).
+ * The classification is the fanout program's (xdp_flow.h: one function
+ * set, read through bpf_xdp_load_bytes instead of bpf_skb_load_bytes),
+ * with up to two VLAN tags in the frame skipped (nothing has taken one out
+ * before XDP).
  * Frames that are not IP, or malformed, are not counted; they and those of
  * a bucket nobody owns (before the start, during the final drain: counted,
  * as the fanout program's member 0) go on to the kernel's stack (XDP_PASS).
@@ -48,57 +49,21 @@ struct {
 	__type(value, __u32);
 } rsspp_xsks SEC(".maps");
 
-#define CTX struct xdp_md
-#define LOAD bpf_xdp_load_bytes
-#define CTX_LEN(ctx) bpf_xdp_get_buff_len(ctx)
-#include "classify.h"
-
+#include "xdp_flow.h"
 #include "words.h"
 
 SEC("xdp")
 int rsspp_xsk(struct xdp_md *ctx)
 {
 	struct hash_input in = {};
-	struct flow_input f = {};
-	__be16 proto;
-	__u32 off = 12, zero = 0, bucket, owner, slot;
-	int has_ports = 0, overridden, r;
+	__u32 zero = 0, hash, bucket, owner, slot;
+	int overridden;
 	struct key_table *t;
 
-	if (bpf_xdp_load_bytes(ctx, off, &proto, sizeof(proto)))
-		return XDP_PASS;
-	off += sizeof(proto);
-#pragma unroll
-	for (int i = 0; i < VLAN_MAX_DEPTH; i++) {
-		struct vlan_hdr vh;
-
-		if (proto != bpf_htons(ETH_P_8021Q) &&
-		    proto != bpf_htons(ETH_P_8021AD))
-			break;
-		/* The tag's TCI, then the protocol it encloses. */
-		if (bpf_xdp_load_bytes(ctx, off, &vh, sizeof(vh)))
-			return XDP_PASS;
-		proto = vh.encap_proto;
-		off += sizeof(vh);
-	}
-	if (proto == bpf_htons(ETH_P_IP)) {
-		r = parse_v4(ctx, off, &in, &has_ports);
-	} else if (proto == bpf_htons(ETH_P_IPV6)) {
-		r = parse_v6(ctx, off, &in, &has_ports);
-		f.ipv6 = 1;
-	} else {
-		return XDP_PASS;
-	}
-	if (r != PARSE_IP)
-		return XDP_PASS;
-	f.addrs = in.bytes;
-	if (has_ports)
-		f.ports = f.ipv6 ? in.bytes + 32 : in.bytes + 8;
-
 	t = bpf_map_lookup_elem(&rsspp_xsk_key, &zero);
-	if (!t)
+	if (!t || xdp_flow_hash(ctx, t, &in, &hash))
 		return XDP_PASS;
-	bucket = toeplitz_flow(t, &f) & bucket_mask;
+	bucket = hash & bucket_mask;
 	owner = take_owner(bucket, &in, &overridden);
 	/* Nobody owns it (before the start, in the final drain). */
 	if (owner == 0)

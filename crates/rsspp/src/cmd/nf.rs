@@ -13,7 +13,9 @@ use rsspp_core::orss::OverrideConfig;
 use rsspp_core::RssKey;
 use rsspp_linux::cpu::CpuList;
 use rsspp_runtime::nf::{dpi, firewall::Rules, nat};
-use rsspp_runtime::{Backend, Chain, ChainConfig, Config, LoadSource, Moves, TableMode};
+use rsspp_runtime::{
+    Backend, Chain, ChainConfig, Config, LoadSource, Moves, SteeringMode, TableMode,
+};
 
 use crate::error::CliError;
 
@@ -41,6 +43,17 @@ enum BackendArg {
     /// otherwise), one per worker on each receive queue, steered per bucket
     /// by an XDP program.
     Afxdp,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ModeArg {
+    /// The XDP program steers each bucket into its worker's socket on
+    /// every queue (any interface, veth included).
+    Software,
+    /// The NIC's RSS spreads the frames, worker w on queue w, and the
+    /// controller rewrites the NIC's indirection table (its size and key
+    /// replace --buckets and --rss-key); put back on exit.
+    Hardware,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -124,6 +137,9 @@ pub struct NfArgs {
     /// I/O backend.
     #[arg(long, value_enum, default_value_t = BackendArg::Afpacket)]
     backend: BackendArg,
+    /// Who steers the frames with --backend afxdp.
+    #[arg(long, value_enum, default_value_t = ModeArg::Software)]
+    mode: ModeArg,
     /// Where the per-flow state lives.
     #[arg(long, value_enum, default_value_t = TableArg::PerBucket)]
     table: TableArg,
@@ -308,6 +324,23 @@ fn check(args: &NfArgs) -> Result<Config, CliError> {
         BackendArg::Afpacket => Backend::AfPacket,
         BackendArg::Afxdp => Backend::AfXdp,
     };
+    config.steering = match (args.mode, args.backend) {
+        (ModeArg::Software, _) => SteeringMode::Software,
+        (ModeArg::Hardware, BackendArg::Afxdp) => {
+            if args.rss_key.is_some() {
+                return Err(CliError::Invalid(
+                    "--rss-key: hardware mode hashes with the NIC's key (set it with ethtool -X IFACE hkey)"
+                        .into(),
+                ));
+            }
+            SteeringMode::Hardware
+        }
+        (ModeArg::Hardware, BackendArg::Afpacket) => {
+            return Err(CliError::Invalid(
+                "--mode hardware needs --backend afxdp (AF_XDP sockets on the NIC's queues)".into(),
+            ))
+        }
+    };
     config.output = args.output.clone();
     config.table = match args.table {
         TableArg::PerBucket => TableMode::PerBucket,
@@ -353,7 +386,15 @@ fn check(args: &NfArgs) -> Result<Config, CliError> {
 /// The overrides' settings: `--elephants`, or its default (on where
 /// overrides can be: with rebalancing).
 fn elephants(args: &NfArgs) -> Result<Option<OverrideConfig>, CliError> {
+    let hardware = args.mode == ModeArg::Hardware;
     let on = match args.elephants {
+        Some(OnOff::On) if hardware => {
+            return Err(CliError::Invalid(
+                "--elephants on: in hardware mode an override would be the NIC's ntuple rule, \
+                 which rsspp does not write"
+                    .into(),
+            ))
+        }
         Some(OnOff::On) if args.no_balance => {
             return Err(CliError::Invalid(
                 "--elephants on balances flows: it cannot go with --no-balance".into(),
@@ -361,7 +402,7 @@ fn elephants(args: &NfArgs) -> Result<Option<OverrideConfig>, CliError> {
         }
         Some(OnOff::On) => true,
         Some(OnOff::Off) => false,
-        None => !args.no_balance,
+        None => !args.no_balance && !hardware,
     };
     let config = OverrideConfig {
         max_overrides: args.max_overrides,

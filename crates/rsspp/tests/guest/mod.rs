@@ -54,6 +54,11 @@ const DONE: &str = "@@rsspp-done@@";
 const SETUP_FAILED: &str = "@@rsspp-setup-failed: ";
 /// The tap device's name inside the guest's network namespace.
 const TAP: &str = "rsspp-tap0";
+/// The second NIC's tap ([`GuestSpec::out_nic`]).
+const TAP_OUT: &str = "rsspp-tap1";
+/// The NICs' MAC addresses (`eth0`, `eth1`).
+pub const MAC: [u8; 6] = [0x52, 0x54, 0, 0x12, 0x34, 0x56];
+const MAC_OUT: &str = "52:54:00:12:34:57";
 
 /// Why a guest run failed.
 #[derive(Debug, thiserror::Error)]
@@ -268,6 +273,10 @@ pub struct GuestSpec {
     pub timeout: Duration,
     /// Shell commands (busybox sh) run after `eth0` is up.
     pub script: String,
+    /// A second virtio-net NIC, `eth1`, of one queue pair, up (its tap is
+    /// [`Guest::tap_out`]): where a bump in the wire sends, so that the
+    /// host sees the guest's transmissions in the order it sent them.
+    pub out_nic: bool,
     /// (host path, guest path, is a binary: strip it and add its libraries).
     files: Vec<(PathBuf, String, bool)>,
 }
@@ -281,6 +290,7 @@ impl GuestSpec {
             memory_mib: 256,
             timeout: Duration::from_secs(120),
             script: script.into(),
+            out_nic: false,
             files: vec![(
                 env!("CARGO_BIN_EXE_rsspp").into(),
                 "/usr/bin/rsspp".into(),
@@ -403,7 +413,19 @@ fn stripped(binary: &Path, scratch: &Path) -> Result<Vec<u8>, GuestError> {
     Ok(bytes)
 }
 
-fn init_script(queues: u32) -> String {
+fn init_script(queues: u32, out_nic: bool) -> String {
+    let out_nic = if out_nic {
+        r#"i=0
+while [ ! -e /sys/class/net/eth1 ]; do
+    i=$((i + 1))
+    [ $i -gt 500 ] && fail "no eth1 10 s after loading virtio_net"
+    usleep 20000
+done
+ip link set eth1 up || fail "ip link set eth1 up"
+"#
+    } else {
+        ""
+    };
     format!(
         r#"#!/bin/busybox sh
 /bin/busybox --install -s /bin
@@ -424,7 +446,7 @@ while [ ! -e /sys/class/net/eth0 ]; do
 done
 ip link set lo up
 ip link set eth0 up || fail "ip link set eth0 up"
-export QUEUES={queues}
+{out_nic}export QUEUES={queues}
 if [ "$QUEUES" -gt 1 ]; then
     ethtool -L eth0 combined "$QUEUES" || fail "ethtool -L eth0 combined $QUEUES"
 fi
@@ -469,7 +491,11 @@ fn build_initramfs(
         b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n",
     );
     c.file("/etc/group", 0o644, b"root:x:0:\nnogroup:x:65534:\n");
-    c.file("/init", 0o755, init_script(spec.queues).as_bytes());
+    c.file(
+        "/init",
+        0o755,
+        init_script(spec.queues, spec.out_nic).as_bytes(),
+    );
     let script = format!("{}{}", step_function(), spec.script);
     c.file("/rsspp/script.sh", 0o644, script.as_bytes());
 
@@ -605,11 +631,24 @@ impl Guest {
                 "tap,id=n0,ifname={TAP},script=no,downscript=no,queues={q},vhost=off"
             ))
             .arg("-device")
+            // hash=on (the hash report): QEMU then steers in its own receive
+            // path, into the virtqueues, rather than with an eBPF program in
+            // the tap, whose queues would hold frames steered by an old
+            // table for as long as QEMU takes to read them.
             .arg(format!(
-                "virtio-net-pci,netdev=n0,mq=on,rss=on,vectors={}",
-                2 * q + 2
-            ))
-            .stdin(Stdio::null())
+                "virtio-net-pci,netdev=n0,mq=on,rss=on,hash=on,vectors={},mac={}",
+                2 * q + 2,
+                MAC.map(|b| format!("{b:02x}")).join(":")
+            ));
+        if spec.out_nic {
+            cmd.arg("-netdev")
+                .arg(format!(
+                    "tap,id=n1,ifname={TAP_OUT},script=no,downscript=no,vhost=off"
+                ))
+                .arg("-device")
+                .arg(format!("virtio-net-pci,netdev=n1,mac={MAC_OUT}"));
+        }
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let mut child = cmd.spawn().map_err(|source| GuestError::Spawn {
@@ -642,6 +681,12 @@ impl Guest {
     /// The tap device (the host side of the guest's `eth0`).
     pub fn tap(&self) -> &str {
         TAP
+    }
+
+    /// The second NIC's tap (the host side of `eth1`; see
+    /// [`GuestSpec::out_nic`]).
+    pub fn tap_out(&self) -> &str {
+        TAP_OUT
     }
 
     /// The console output so far.
@@ -707,13 +752,22 @@ impl Guest {
     /// Brings the host side of the tap up (once QEMU has created it), to
     /// send traffic into the guest from the namespace.
     pub fn host_tap_up(&mut self) -> Result<(), GuestError> {
+        self.tap_up(TAP)
+    }
+
+    /// The same for the second NIC's tap.
+    pub fn host_tap_out_up(&mut self) -> Result<(), GuestError> {
+        self.tap_up(TAP_OUT)
+    }
+
+    fn tap_up(&mut self, tap: &str) -> Result<(), GuestError> {
         for _ in 0..200 {
-            if ip(&["-n", &self.netns.0, "link", "set", TAP, "up"]).is_ok() {
+            if ip(&["-n", &self.netns.0, "link", "set", tap, "up"]).is_ok() {
                 return Ok(());
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        ip(&["-n", &self.netns.0, "link", "set", TAP, "up"])
+        ip(&["-n", &self.netns.0, "link", "set", tap, "up"])
     }
 
     /// Waits for the script to end and the guest to power off; the output.

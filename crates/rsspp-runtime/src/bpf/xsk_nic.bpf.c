@@ -1,0 +1,139 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * The XDP program of rsspp-runtime's afxdp backend in hardware mode
+ * (rsspp nf --mode hardware): the NIC's RSS spreads frames over its
+ * queues, worker w holding queue w, and the controller rewrites the NIC's
+ * indirection table; this program only counts and hands each frame to its
+ * queue's socket (xsks index = rx_queue_index).
+ *
+ * The bucket is the NIC's: the flow's Toeplitz hash under the NIC's key
+ * (xdp_flow.h, the software mode's classification), low bits. Its word
+ * (words.h's format: owner in the top 16 bits, count below) numbers only
+ * the frames that arrive on the owner's queue, so that the controller's
+ * compare-and-swap of the owner returns how many of the bucket's frames
+ * went to the old worker, as in software mode. A move writes the NIC's
+ * table first, waits until the old queue has passed every frame it held
+ * (the controller's fence), and switches the word after: a frame of the
+ * bucket that arrives in between on the new worker's queue, while the word
+ * still names the old worker, is counted in rsspp_early instead (the
+ * controller adds that count to the new worker's marks), and parked by the
+ * new worker, which expects the bucket. A frame that comes on a queue the
+ * table no longer names once the word has left that queue's worker came
+ * after its fence: counted in rsspp_late (it reaches its worker as a
+ * stray, or too late for the mark).
+ *
+ * rsspp_queue_frames counts every frame each queue's XDP run saw: the
+ * controller's fence. Frames that are not IP, or malformed, and frames of
+ * a bucket nobody owns (before the start, in the final drain; counted in
+ * the word) go on to the kernel's stack (XDP_PASS), as do frames of a
+ * queue no worker holds.
+ */
+#include "toeplitz.h"
+
+/* Table size - 1 (the NIC's table size, a power of two, - 1); set before
+ * load. */
+const volatile __u32 bucket_mask = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct key_table);
+} rsspp_nic_key SEC(".maps");
+
+/* One socket per worker's queue; sized by the loader. */
+struct {
+	__uint(type, BPF_MAP_TYPE_XSKMAP);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} rsspp_xsks SEC(".maps");
+
+/* Per bucket: frames that came on a queue other than its owner's. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, __u64);
+} rsspp_early SEC(".maps");
+
+/* Per bucket: the queue the NIC's table names, as the controller last
+ * wrote it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, __u64);
+} rsspp_nic_queue SEC(".maps");
+
+/* Frames that came on a queue the NIC's table no longer names, after the
+ * word left its worker: a fence that passed too soon (entry 0). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, __u64);
+} rsspp_late SEC(".maps");
+
+/* Per queue: frames seen. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, __u64);
+} rsspp_queue_frames SEC(".maps");
+
+#include "xdp_flow.h"
+#include "words.h"
+
+SEC("xdp")
+int rsspp_xsk_nic(struct xdp_md *ctx)
+{
+	struct hash_input in = {};
+	__u32 zero = 0, queue = ctx->rx_queue_index, hash, bucket, owner;
+	struct key_table *t;
+	__u64 *seen, *word, *early, *named, *late, old;
+
+	seen = bpf_map_lookup_elem(&rsspp_queue_frames, &queue);
+	if (!seen)
+		return XDP_PASS;
+	__sync_fetch_and_add(seen, 1);
+	t = bpf_map_lookup_elem(&rsspp_nic_key, &zero);
+	if (!t || xdp_flow_hash(ctx, t, &in, &hash))
+		return XDP_PASS;
+	bucket = hash & bucket_mask;
+	word = bpf_map_lookup_elem(&rsspp_words, &bucket);
+	early = bpf_map_lookup_elem(&rsspp_early, &bucket);
+	named = bpf_map_lookup_elem(&rsspp_nic_queue, &bucket);
+	late = bpf_map_lookup_elem(&rsspp_late, &zero);
+	if (!word || !early || !named || !late)
+		return XDP_PASS;
+	/* Numbered only if the word names this queue's worker: a
+	 * compare-and-swap, retried if the controller switched the word in
+	 * between (it does so rarely; one queue's runs never race). */
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		old = *(volatile __u64 *)word;
+		owner = (__u32)(old >> WORD_OWNER_SHIFT);
+		if (owner == 0) {
+			__sync_fetch_and_add(word, 1);
+			return XDP_PASS;
+		}
+		if (owner != queue + 1) {
+			if (*named == queue)
+				__sync_fetch_and_add(early, 1);
+			else
+				__sync_fetch_and_add(late, 1);
+			break;
+		}
+		if (__sync_val_compare_and_swap(word, old, old + 1) == old)
+			break;
+	}
+	return bpf_redirect_map(&rsspp_xsks, queue, XDP_PASS);
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
