@@ -89,6 +89,8 @@ pub struct Nic {
     offsets: Vec<u64>,
     /// The table was written (and is put back on drop).
     written: bool,
+    /// The original was saved for `rsspp detach`.
+    saved: bool,
     /// The table last written (bucket → queue).
     current: Vec<u32>,
     /// How the fences ended.
@@ -117,6 +119,12 @@ impl Nic {
                 rss.hfunc
             )));
         }
+        // The table to put back: the NIC's, unless a run that never put its
+        // original back (SIGKILL) saved it.
+        let (original, saved_by) = SavedTable::original(iface, 0, rss.indirection.clone());
+        if let Some(pid) = saved_by {
+            warn!("{iface}'s table was left by an rsspp run (pid {pid}) that did not put the original back: the original it saved will be put back on exit");
+        }
         let size = rss.indirection.len();
         if !size.is_power_of_two() {
             return Err(RuntimeError::Config(format!(
@@ -136,11 +144,12 @@ impl Nic {
             Self {
                 device,
                 iface: iface.to_string(),
-                original: rss.indirection,
+                original,
                 counts: None,
                 rings,
                 offsets: vec![0; size],
                 written: false,
+                saved: false,
                 current: Vec::new(),
                 fences: FenceSummary::default(),
             },
@@ -151,7 +160,7 @@ impl Nic {
     /// Writes `table` (bucket → worker, worker w on queue w) to the NIC,
     /// the original saved first (once) for `rsspp detach`.
     pub fn write(&mut self, table: &IndirectionTable) -> Result<(), RuntimeError> {
-        if SavedTable::read(&self.iface).is_none() {
+        if !std::mem::replace(&mut self.saved, true) {
             let saved = SavedTable {
                 pid: std::process::id(),
                 context: 0,

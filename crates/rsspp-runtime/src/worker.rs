@@ -199,6 +199,10 @@ pub struct WorkerReport {
     pub handed_over: u64,
     /// Buckets handed over before they drained.
     pub handed_over_early: u64,
+    /// Buckets handed over after this worker had taken more of their
+    /// frames than their mark (the steering's numbering and the worker's
+    /// count disagree: 0 unless the data path has a bug).
+    pub overshot: u64,
     /// Buckets taken over.
     pub taken_over: u64,
     /// Time processing, nanoseconds.
@@ -1188,6 +1192,7 @@ impl<N: NetworkFunction> Worker<N> {
         core.report.parked = stats.parked;
         core.report.handed_over = stats.drained;
         core.report.handed_over_early = stats.early;
+        core.report.overshot = stats.overshot;
         core.report.taken_over = stats.accepted;
         core.report.busy_ns = core.clock.busy_ns.load(Ordering::Relaxed);
         core.report.idle_ns = core.clock.idle_ns.load(Ordering::Relaxed);

@@ -15,7 +15,8 @@
 //! (no state lost across the moves), both queues carried frames, and the
 //! NIC's table is as before once rsspp has exited. With one queue left
 //! for two workers, `rsspp nf` says so in one line, exits 1 and attaches
-//! nothing.
+//! nothing. Killed with SIGKILL, it leaves no XDP program, and `rsspp
+//! detach` puts the NIC's table back.
 
 mod guest;
 
@@ -63,6 +64,22 @@ step nf-log cat /tmp/nf.log
 step flows cat /tmp/flows.jsonl
 step table-after ethtool -x eth0
 step saved ls /run/rsspp/eth0
+rsspp nf --in eth0 --cpus 0,1 --backend afxdp --mode hardware --churn 4 --duration 30 >/tmp/killed.log 2>&1 &
+k=$!
+i=0
+while [ ! -e /run/rsspp/eth0/original-table ]; do
+    i=$((i + 1))
+    [ $i -gt 100 ] && break
+    usleep 100000
+done
+sleep 1
+kill -9 $k
+wait $k
+step link-killed ip link show eth0
+step table-killed ethtool -x eth0
+step detach-killed rsspp detach --iface eth0
+step table-detached ethtool -x eth0
+step saved-detached ls /run/rsspp/eth0/original-table
 step channels-1 ethtool -L eth0 combined 1
 step one-queue rsspp nf --in eth0 --cpus 0,1 --backend afxdp --mode hardware --duration 1
 step link-after ip link show eth0
@@ -223,6 +240,7 @@ fn hardware_mode_moves_buckets_in_the_nic_in_order_with_their_state() {
     assert_eq!(s["fences"]["late_frames"], 0, "{s}\n{log}");
     for w in s["workers"].as_array().unwrap() {
         assert_eq!(w["stateless"], 0, "a frame ran without its state: {s}");
+        assert_eq!(w["overshot"], 0, "marks and counts agree: {s}");
         assert!(
             w["received"].as_u64().unwrap() > sent / 10,
             "both queues carry frames: {s}"
@@ -258,6 +276,28 @@ fn hardware_mode_moves_buckets_in_the_nic_in_order_with_their_state() {
     assert!(!before.is_empty(), "{}", out.step("table-before").output);
     assert_eq!(table(&out.step("table-after").output), before);
     assert_ne!(out.step("saved").status, 0, "{}", out.step("saved").output);
+
+    // Killed with SIGKILL: the BPF link went with it (no XDP program
+    // left), the table it had written stays, and `rsspp detach` puts the
+    // saved original back.
+    assert!(
+        !out.step("link-killed").output.contains("xdp"),
+        "{}",
+        out.step("link-killed").output
+    );
+    assert_ne!(
+        table(&out.step("table-killed").output),
+        before,
+        "the killed run had moved buckets"
+    );
+    assert_eq!(
+        out.step("detach-killed").status,
+        0,
+        "{}",
+        out.step("detach-killed").output
+    );
+    assert_eq!(table(&out.step("table-detached").output), before);
+    assert_ne!(out.step("saved-detached").status, 0);
 
     // Fewer queues than workers: one line, exit 1, nothing attached.
     assert_eq!(

@@ -218,6 +218,7 @@ fn assert_ordered(r: &Run) {
     assert_eq!(r.monitor, r.trace_counts, "{s}");
     for w in s["workers"].as_array().unwrap() {
         assert_eq!(w["stateless"], 0, "a frame ran without its state: {s}");
+        assert_eq!(w["overshot"], 0, "marks and counts agree: {s}");
     }
     // What came out: every frame once, every flow in order.
     let out: u64 = r.got.values().map(|v| v.len() as u64).sum();
