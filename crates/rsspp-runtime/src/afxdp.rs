@@ -26,17 +26,20 @@
 //! `struct sockaddr_xdp`, `XDP_STATISTICS`.
 
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
-use rsspp_core::{RssKey, Toeplitz};
+use rsspp_core::RssKey;
 
 use crate::afpacket::{os, setsockopt, Frame};
 use crate::error::{Os, RuntimeError};
-use crate::steer::{route_libbpf_logs, size_words, MappedArray, Steering, WordMaps, MAX_BUCKETS};
+use crate::steer::{
+    owned_prog_fd, route_libbpf_logs, size_words, word_maps, write_key, MappedArray, Steering,
+    MAX_BUCKETS,
+};
 
 mod skel {
     include!(concat!(env!("OUT_DIR"), "/xsk.skel.rs"));
@@ -862,34 +865,41 @@ struct EthtoolChannels {
 const ETHTOOL_GCHANNELS: u32 = 0x3c;
 const SIOCETHTOOL: libc::c_ulong = 0x8946;
 
-/// The receive queues (rx plus combined channels) ethtool reports, asked
-/// through a socket of the calling thread's network namespace; `None`
-/// when the driver does not say.
-fn ethtool_rx_queues(iface: &str) -> Option<u32> {
+/// An ethtool `SIOCETHTOOL` request on `iface` with `data` (a request
+/// struct of `<linux/ethtool.h>`, its command first), through a socket of
+/// the calling thread's network namespace; false if refused.
+pub(crate) fn ethtool_request<T>(iface: &str, data: &mut T) -> bool {
     // SAFETY: plain socket creation; checked.
     let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
     if fd < 0 {
-        return None;
+        return false;
     }
     // SAFETY: a descriptor just created and owned by nobody else.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let mut channels = EthtoolChannels {
-        cmd: ETHTOOL_GCHANNELS,
-        ..EthtoolChannels::default()
-    };
     // SAFETY: zeroed is a valid ifreq.
     let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
     if iface.len() >= ifr.ifr_name.len() {
-        return None;
+        return false;
     }
     for (d, b) in ifr.ifr_name.iter_mut().zip(iface.bytes()) {
         *d = b as libc::c_char;
     }
-    ifr.ifr_ifru.ifru_data = (&mut channels as *mut EthtoolChannels).cast();
-    // SAFETY: SIOCETHTOOL with an ifreq pointing at a live ethtool_channels.
-    let r = unsafe { libc::ioctl(fd.as_raw_fd(), SIOCETHTOOL as _, &mut ifr) };
+    ifr.ifr_ifru.ifru_data = (data as *mut T).cast();
+    // SAFETY: SIOCETHTOOL with an ifreq pointing at a live request struct
+    // of the command's type (the caller's).
+    unsafe { libc::ioctl(fd.as_raw_fd(), SIOCETHTOOL as _, &mut ifr) == 0 }
+}
+
+/// The receive queues (rx plus combined channels) ethtool reports; `None`
+/// when the driver does not say.
+fn ethtool_rx_queues(iface: &str) -> Option<u32> {
+    let mut channels = EthtoolChannels {
+        cmd: ETHTOOL_GCHANNELS,
+        ..EthtoolChannels::default()
+    };
+    let ok = ethtool_request(iface, &mut channels);
     let n = channels.rx_count + channels.combined_count;
-    (r == 0 && n > 0).then_some(n)
+    (ok && n > 0).then_some(n)
 }
 
 /// The number of receive queues of `iface` (index `ifindex`): ethtool's
@@ -1044,14 +1054,7 @@ impl XdpSetup {
             .set_max_entries(queues * queue_sockets as u32)
             .map_err(bpf("sizing the socket map"))?;
         let skel = open.load().map_err(load_error("loading the XDP program"))?;
-        skel.maps
-            .rsspp_xsk_key
-            .update(
-                &0u32.to_ne_bytes(),
-                &Toeplitz::new(key.clone()).table_ne_bytes(),
-                MapFlags::ANY,
-            )
-            .map_err(bpf("writing the key table"))?;
+        write_key(&skel.maps.rsspp_key, key)?;
         for (q, sockets) in per_queue.iter().enumerate() {
             for (w, s) in sockets.iter().enumerate() {
                 let slot = (q * queue_sockets + w) as u32;
@@ -1065,31 +1068,10 @@ impl XdpSetup {
                     .map_err(bpf("adding a socket to the socket map"))?;
             }
         }
-        let prog = skel
-            .progs
-            .rsspp_xsk
-            .as_fd()
-            .try_clone_to_owned()
-            .map_err(|source| {
-                RuntimeError::Os(Os {
-                    what: "duplicating the program fd",
-                    source,
-                })
-            })?;
+        let prog = owned_prog_fd(&skel.progs.rsspp_xsk)?;
         let xsks =
             MapHandle::try_from(&skel.maps.rsspp_xsks).map_err(bpf("taking the socket map"))?;
-        let steering = Steering::with_words(
-            prog,
-            WordMaps {
-                words: &skel.maps.rsspp_words,
-                flagged: &skel.maps.rsspp_flagged,
-                flows: &skel.maps.rsspp_overrides,
-                barrier: &skel.maps.rsspp_barrier,
-                barrier_inner: &skel.maps.rsspp_barrier_inner,
-            },
-            buckets,
-            slots,
-        )?;
+        let steering = Steering::with_words(prog, word_maps!(skel.maps), buckets, slots)?;
         let link = attach_to(steering.prog_fd(), iface, ifindex)?;
         // Socket `w` of a queue is worker w's, `workers + w` its
         // override-steered one.
@@ -1185,14 +1167,7 @@ impl XdpSetup {
             .set_max_entries(buckets as u32)
             .map_err(bpf("sizing the table's mirror"))?;
         let skel = open.load().map_err(load_error("loading the XDP program"))?;
-        skel.maps
-            .rsspp_nic_key
-            .update(
-                &0u32.to_ne_bytes(),
-                &Toeplitz::new(key.clone()).table_ne_bytes(),
-                MapFlags::ANY,
-            )
-            .map_err(bpf("writing the key table"))?;
+        write_key(&skel.maps.rsspp_key, key)?;
         for (q, sockets) in per_queue.iter().enumerate() {
             skel.maps
                 .rsspp_xsks
@@ -1203,17 +1178,7 @@ impl XdpSetup {
                 )
                 .map_err(bpf("adding a socket to the socket map"))?;
         }
-        let prog = skel
-            .progs
-            .rsspp_xsk_nic
-            .as_fd()
-            .try_clone_to_owned()
-            .map_err(|source| {
-                RuntimeError::Os(Os {
-                    what: "duplicating the program fd",
-                    source,
-                })
-            })?;
+        let prog = owned_prog_fd(&skel.progs.rsspp_xsk_nic)?;
         let xsks =
             MapHandle::try_from(&skel.maps.rsspp_xsks).map_err(bpf("taking the socket map"))?;
         let counts = NicCounts {
@@ -1241,18 +1206,7 @@ impl XdpSetup {
                 "mapping the late count",
             )?,
         };
-        let steering = Steering::with_words(
-            prog,
-            WordMaps {
-                words: &skel.maps.rsspp_words,
-                flagged: &skel.maps.rsspp_flagged,
-                flows: &skel.maps.rsspp_overrides,
-                barrier: &skel.maps.rsspp_barrier,
-                barrier_inner: &skel.maps.rsspp_barrier_inner,
-            },
-            buckets,
-            0,
-        )?;
+        let steering = Steering::with_words(prog, word_maps!(skel.maps), buckets, 0)?;
         let link = attach_to(steering.prog_fd(), iface, ifindex)?;
         let rx = per_queue
             .into_iter()

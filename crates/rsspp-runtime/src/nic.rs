@@ -24,7 +24,6 @@
 //! `/run/rsspp/IFACE/original-table` meanwhile, so that `rsspp detach`
 //! puts it back after a SIGKILL.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -33,7 +32,7 @@ use rsspp_linux::ethtool::{put_back, Ethtool, HashFunction, RssDevice};
 use rsspp_linux::lifecycle::SavedTable;
 use tracing::{info, warn};
 
-use crate::afxdp::NicCounts;
+use crate::afxdp::{ethtool_request, NicCounts};
 use crate::error::RuntimeError;
 
 /// A queue that took no frame for this long after the table's write had
@@ -344,34 +343,15 @@ struct RingParam {
 }
 
 const ETHTOOL_GRINGPARAM: u32 = 0x10;
-const SIOCETHTOOL: libc::c_ulong = 0x8946;
 
 /// The descriptors of `iface`'s receive rings (`ethtool -g`), if the
 /// driver says.
 fn ring_size(iface: &str) -> Option<u32> {
-    // SAFETY: plain socket creation; checked.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return None;
-    }
-    // SAFETY: a descriptor just created and owned by nobody else.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
     let mut ring = RingParam {
         cmd: ETHTOOL_GRINGPARAM,
         ..RingParam::default()
     };
-    // SAFETY: zeroed is a valid ifreq.
-    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
-    if iface.len() >= ifr.ifr_name.len() {
-        return None;
-    }
-    for (d, b) in ifr.ifr_name.iter_mut().zip(iface.bytes()) {
-        *d = b as libc::c_char;
-    }
-    ifr.ifr_ifru.ifru_data = (&mut ring as *mut RingParam).cast();
-    // SAFETY: SIOCETHTOOL with an ifreq pointing at a live ethtool_ringparam.
-    let r = unsafe { libc::ioctl(fd.as_raw_fd(), SIOCETHTOOL as _, &mut ifr) };
-    (r == 0 && ring.rx_pending > 0).then_some(ring.rx_pending)
+    (ethtool_request(iface, &mut ring) && ring.rx_pending > 0).then_some(ring.rx_pending)
 }
 
 #[cfg(test)]

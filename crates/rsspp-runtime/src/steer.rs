@@ -131,6 +131,44 @@ pub(crate) struct WordMaps<'a, 'obj> {
     pub barrier_inner: &'a MapMut<'obj>,
 }
 
+/// The maps of `src/bpf/words.h` of a loaded skeleton's `maps`.
+macro_rules! word_maps {
+    ($maps:expr) => {
+        $crate::steer::WordMaps {
+            words: &$maps.rsspp_words,
+            flagged: &$maps.rsspp_flagged,
+            flows: &$maps.rsspp_overrides,
+            barrier: &$maps.rsspp_barrier,
+            barrier_inner: &$maps.rsspp_barrier_inner,
+        }
+    };
+}
+pub(crate) use word_maps;
+
+/// Writes `key`'s table into a loaded program's `rsspp_key` map
+/// (`src/bpf/classify.h`).
+pub(crate) fn write_key(map: &MapMut<'_>, key: &RssKey) -> Result<(), RuntimeError> {
+    map.update(
+        &0u32.to_ne_bytes(),
+        &Toeplitz::new(key.clone()).table_ne_bytes(),
+        MapFlags::ANY,
+    )
+    .map_err(|source| RuntimeError::Bpf {
+        what: "writing the key table",
+        source,
+    })
+}
+
+/// An fd of a loaded program of this process's own.
+pub(crate) fn owned_prog_fd(prog: &impl AsFd) -> Result<OwnedFd, RuntimeError> {
+    prog.as_fd().try_clone_to_owned().map_err(|source| {
+        RuntimeError::Os(Os {
+            what: "duplicating the program fd",
+            source,
+        })
+    })
+}
+
 /// Sizes the maps of `src/bpf/words.h` in an opened program, before its
 /// load: a word per bucket and per override slot, a flag per bucket, and
 /// the override table.
@@ -207,37 +245,9 @@ impl Steering {
                 }
             }
         })?;
-        skel.maps
-            .rsspp_fanout_key
-            .update(
-                &0u32.to_ne_bytes(),
-                &Toeplitz::new(key.clone()).table_ne_bytes(),
-                MapFlags::ANY,
-            )
-            .map_err(bpf("writing the key table"))?;
-        let prog = skel
-            .progs
-            .rsspp_fanout
-            .as_fd()
-            .try_clone_to_owned()
-            .map_err(|source| {
-                RuntimeError::Os(Os {
-                    what: "duplicating the program fd",
-                    source,
-                })
-            })?;
-        Self::with_words(
-            prog,
-            WordMaps {
-                words: &skel.maps.rsspp_words,
-                flagged: &skel.maps.rsspp_flagged,
-                flows: &skel.maps.rsspp_overrides,
-                barrier: &skel.maps.rsspp_barrier,
-                barrier_inner: &skel.maps.rsspp_barrier_inner,
-            },
-            buckets,
-            slots,
-        )
+        write_key(&skel.maps.rsspp_key, key)?;
+        let prog = owned_prog_fd(&skel.progs.rsspp_fanout)?;
+        Self::with_words(prog, word_maps!(skel.maps), buckets, slots)
     }
 
     /// The steering of a loaded program (the fanout program or the afxdp

@@ -20,6 +20,14 @@ struct hash_input {
 	__u8 bytes[HASH_INPUT_MAX];
 };
 
+/* The Toeplitz key's table (toeplitz.h's), written by the loader. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct key_table);
+} rsspp_key SEC(".maps");
+
 static __always_inline int load_ports(CTX *ctx, __u32 off,
 				      __u8 proto, __u8 *to, int *has_ports)
 {

@@ -29,13 +29,6 @@ const volatile __u32 bucket_mask = 0;
  * workers: override-steered ones); set before load. */
 const volatile __u32 workers = 1;
 
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct key_table);
-} rsspp_fanout_key SEC(".maps");
-
 #define CTX struct __sk_buff
 #define LOAD bpf_skb_load_bytes
 #define CTX_LEN(ctx) ((ctx)->len)
@@ -75,7 +68,7 @@ int rsspp_fanout(struct __sk_buff *skb)
 	if (has_ports)
 		f.ports = f.ipv6 ? in.bytes + 32 : in.bytes + 8;
 
-	t = bpf_map_lookup_elem(&rsspp_fanout_key, &zero);
+	t = bpf_map_lookup_elem(&rsspp_key, &zero);
 	if (!t)
 		return 0;
 	bucket = toeplitz_flow(t, &f) & bucket_mask;

@@ -34,13 +34,6 @@ const volatile __u32 workers = 1;
  * load. */
 const volatile __u32 queue_sockets = 1;
 
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct key_table);
-} rsspp_xsk_key SEC(".maps");
-
 /* The sockets, queue-major; sized by the loader (queues * queue_sockets). */
 struct {
 	__uint(type, BPF_MAP_TYPE_XSKMAP);
@@ -60,7 +53,7 @@ int rsspp_xsk(struct xdp_md *ctx)
 	int overridden;
 	struct key_table *t;
 
-	t = bpf_map_lookup_elem(&rsspp_xsk_key, &zero);
+	t = bpf_map_lookup_elem(&rsspp_key, &zero);
 	if (!t || xdp_flow_hash(ctx, t, &in, &hash))
 		return XDP_PASS;
 	bucket = hash & bucket_mask;

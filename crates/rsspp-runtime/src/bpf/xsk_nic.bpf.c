@@ -34,13 +34,6 @@
  * load. */
 const volatile __u32 bucket_mask = 0;
 
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct key_table);
-} rsspp_nic_key SEC(".maps");
-
 /* One socket per worker's queue; sized by the loader. */
 struct {
 	__uint(type, BPF_MAP_TYPE_XSKMAP);
@@ -102,7 +95,7 @@ int rsspp_xsk_nic(struct xdp_md *ctx)
 	if (!seen)
 		return XDP_PASS;
 	__sync_fetch_and_add(seen, 1);
-	t = bpf_map_lookup_elem(&rsspp_nic_key, &zero);
+	t = bpf_map_lookup_elem(&rsspp_key, &zero);
 	if (!t || xdp_flow_hash(ctx, t, &in, &hash))
 		return XDP_PASS;
 	bucket = hash & bucket_mask;
