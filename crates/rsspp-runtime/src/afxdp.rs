@@ -1122,13 +1122,8 @@ impl XdpSetup {
                 "{iface}'s indirection table has {buckets} entries: hardware mode needs a power of two up to {MAX_BUCKETS}"
             )));
         }
-        let queues = rx_queues(iface, ifindex)?;
-        if (queues as usize) < workers {
-            return Err(RuntimeError::Config(format!(
-                "{iface} has {queues} receive queue{}: hardware mode needs one per worker ({workers})",
-                if queues == 1 { "" } else { "s" }
-            )));
-        }
+        // A queue per worker: `Nic::open` said so if there are fewer.
+        let queues = rx_queues(iface, ifindex)?.max(workers as u32);
         let (per_queue, mode) = open_queues(iface, ifindex, workers as u32, 1)?;
 
         route_libbpf_logs();
