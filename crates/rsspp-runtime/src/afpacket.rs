@@ -337,6 +337,9 @@ pub struct Frame<'a> {
     pub wire_len: u32,
     /// The kernel's receive timestamp, nanoseconds since the Unix epoch.
     pub timestamp_ns: u64,
+    /// The NIC's RSS hash, when the program handed it over (the afxdp
+    /// backend's hardware mode): the frame's bucket is its low bits.
+    pub nic_hash: Option<u32>,
 }
 
 impl RxRing {
@@ -469,6 +472,7 @@ impl RxRing {
                 data,
                 wire_len: len,
                 timestamp_ns: u64::from(sec) * 1_000_000_000 + u64::from(nsec),
+                nic_hash: None,
             });
             at += next;
         }

@@ -70,6 +70,7 @@ const XDP_UMEM_PGOFF_COMPLETION_RING: libc::off_t = 0x1_8000_0000;
 // <linux/bpf.h>.
 const BPF_LINK_CREATE: libc::c_long = 28;
 const BPF_XDP: u32 = 37;
+const BPF_F_XDP_DEV_BOUND_ONLY: u32 = 1 << 6;
 
 /// Bytes per UMEM frame (chunk): room for a 1500-byte MTU frame and the
 /// kernel's headroom.
@@ -82,6 +83,9 @@ const RX_RING: u32 = 2048;
 /// The completion ring the kernel demands of a UMEM's first socket (this
 /// backend transmits through AF_PACKET: it stays empty).
 const COMPLETION_RING: u32 = 64;
+/// The word after the NIC's hash in a frame's metadata
+/// (`src/bpf/xsk_nic.bpf.c`).
+const RX_HASH_MAGIC: u32 = 0x5253_5348;
 /// Frames taken from one socket in one batch.
 const BATCH: u32 = 256;
 /// Frames of a transmit socket's own UMEM, and the size of its TX and
@@ -334,6 +338,8 @@ pub struct XskSocket {
     drops_seen: u64,
     /// Addresses to give back, reused.
     done: Vec<u64>,
+    /// Frames may carry the NIC's hash in their metadata (hardware mode).
+    rx_hash_meta: bool,
 }
 
 /// How a queue's sockets bound.
@@ -455,6 +461,7 @@ impl XskSocket {
             umem,
             drops_seen: 0,
             done: Vec::with_capacity(BATCH as usize),
+            rx_hash_meta: false,
         })
     }
 
@@ -475,6 +482,7 @@ impl XskSocket {
             umem: Arc::clone(&first.umem),
             drops_seen: 0,
             done: Vec::with_capacity(BATCH as usize),
+            rx_hash_meta: false,
         })
     }
 
@@ -497,6 +505,11 @@ impl XskSocket {
             if at + len > self.umem.area.len {
                 continue;
             }
+            let nic_hash = if self.rx_hash_meta {
+                self.take_rx_hash(at)
+            } else {
+                None
+            };
             // SAFETY: the frame's bytes inside the UMEM, ours until their
             // chunk goes back to the fill ring below.
             let data = unsafe { std::slice::from_raw_parts_mut(self.umem.area.ptr.add(at), len) };
@@ -504,6 +517,7 @@ impl XskSocket {
                 data,
                 wire_len: d.len,
                 timestamp_ns,
+                nic_hash,
             });
             self.done.push(d.addr);
         }
@@ -512,6 +526,22 @@ impl XskSocket {
             .store(cons.wrapping_add(n), Ordering::Release);
         self.umem.refill(&self.done);
         n as usize
+    }
+
+    /// The NIC's hash the program put in the metadata before the frame at
+    /// `at`, if it did: the hash, then [`RX_HASH_MAGIC`]. Wiped once read,
+    /// so that a later frame in the same chunk without metadata (whose
+    /// bytes there are left as they were) is not taken for one with it.
+    fn take_rx_hash(&mut self, at: usize) -> Option<u32> {
+        if at < 8 || at % 4 != 0 {
+            return None;
+        }
+        // SAFETY: the 8 bytes before the frame, inside its chunk (the
+        // kernel's headroom), ours with the frame; u32-aligned (checked).
+        let meta = unsafe { &mut *self.umem.area.ptr.add(at - 8).cast::<[u32; 2]>() };
+        let found = (meta[1] == RX_HASH_MAGIC).then_some(meta[0]);
+        *meta = [0, 0];
+        found
     }
 
     /// Frames the kernel dropped for this socket (RX ring full, or no
@@ -831,13 +861,17 @@ pub struct XdpSetup {
 /// that came on the queue the NIC names before its word did (`early`), and
 /// that queue (`nic_queue`, written with the NIC's table); per queue, every
 /// frame the program saw (`queue_frames`); frames that came after their
-/// fence (`late`, one entry).
+/// fence (`late`, one entry); frames bucketed by the NIC's hash and by
+/// the program's Toeplitz (`hashes`).
 #[derive(Debug)]
 pub struct NicCounts {
     pub(crate) early: MappedArray,
     pub(crate) queue_frames: MappedArray,
     pub(crate) nic_queue: MappedArray,
     pub(crate) late: MappedArray,
+    pub(crate) hashes: MappedArray,
+    /// The program reads the NIC's hash (it loaded bound to the device).
+    pub(crate) rx_hash: bool,
 }
 
 /// The program's link and maps, kept for as long as it runs.
@@ -929,6 +963,75 @@ pub fn rx_queues(iface: &str, ifindex: u32) -> Result<u32, RuntimeError> {
         .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
         .count() as u32;
     Ok(n.max(1))
+}
+
+/// The sizes of hardware mode's maps.
+#[derive(Debug, Clone, Copy)]
+struct NicSizes {
+    buckets: usize,
+    workers: usize,
+    queues: u32,
+}
+
+/// Opens and loads hardware mode's program in `storage`: bound to device
+/// `bound` (the RX-hash program), or not (the Toeplitz one).
+fn load_nic(
+    storage: &mut MaybeUninit<libbpf_rs::OpenObject>,
+    sizes: NicSizes,
+    bound: Option<u32>,
+) -> Result<nic_skel::XskNicSkel<'_>, RuntimeError> {
+    let bpf = |what| move |source| RuntimeError::Bpf { what, source };
+    let mut open = XskNicSkelBuilder::default()
+        .open(storage)
+        .map_err(bpf("opening the XDP program"))?;
+    let rodata = open
+        .maps
+        .rodata_data
+        .as_deref_mut()
+        .ok_or_else(|| RuntimeError::Config("the XDP program has no .rodata".into()))?;
+    rodata.bucket_mask = (sizes.buckets - 1) as u32;
+    size_words(
+        &mut open.maps.rsspp_words,
+        &mut open.maps.rsspp_flagged,
+        &mut open.maps.rsspp_overrides,
+        sizes.buckets,
+        0,
+    )?;
+    for (map, entries, what) in [
+        (
+            &mut open.maps.rsspp_xsks,
+            sizes.workers as u32,
+            "sizing the socket map",
+        ),
+        (
+            &mut open.maps.rsspp_early,
+            sizes.buckets as u32,
+            "sizing the early counts",
+        ),
+        (
+            &mut open.maps.rsspp_queue_frames,
+            sizes.queues,
+            "sizing the queue counts",
+        ),
+        (
+            &mut open.maps.rsspp_nic_queue,
+            sizes.buckets as u32,
+            "sizing the table's mirror",
+        ),
+    ] {
+        map.set_max_entries(entries).map_err(bpf(what))?;
+    }
+    open.progs.rsspp_xsk_nic.set_autoload(bound.is_none());
+    open.progs.rsspp_xsk_nic_rxh.set_autoload(bound.is_some());
+    if let Some(ifindex) = bound {
+        // The kfunc's driver implementation is resolved at load, for this
+        // device only.
+        open.progs.rsspp_xsk_nic_rxh.set_ifindex(ifindex);
+        open.progs
+            .rsspp_xsk_nic_rxh
+            .set_flags(BPF_F_XDP_DEV_BOUND_ONLY);
+    }
+    open.load().map_err(load_error("loading the XDP program"))
 }
 
 /// `per_queue` sockets on each of queues `0..queues` of `iface`, those of
@@ -1128,40 +1231,21 @@ impl XdpSetup {
 
         route_libbpf_logs();
         let bpf = |what| move |source| RuntimeError::Bpf { what, source };
-        let mut storage = MaybeUninit::uninit();
-        let mut open = XskNicSkelBuilder::default()
-            .open(&mut storage)
-            .map_err(bpf("opening the XDP program"))?;
-        let rodata = open
-            .maps
-            .rodata_data
-            .as_deref_mut()
-            .ok_or_else(|| RuntimeError::Config("the XDP program has no .rodata".into()))?;
-        rodata.bucket_mask = (buckets - 1) as u32;
-        size_words(
-            &mut open.maps.rsspp_words,
-            &mut open.maps.rsspp_flagged,
-            &mut open.maps.rsspp_overrides,
+        // The program that reads the NIC's hash, bound to the device;
+        // where the kernel or driver refuses it, the one that hashes here.
+        let (mut first, mut second) = (MaybeUninit::uninit(), MaybeUninit::uninit());
+        let sizes = NicSizes {
             buckets,
-            0,
-        )?;
-        open.maps
-            .rsspp_xsks
-            .set_max_entries(workers as u32)
-            .map_err(bpf("sizing the socket map"))?;
-        open.maps
-            .rsspp_early
-            .set_max_entries(buckets as u32)
-            .map_err(bpf("sizing the early counts"))?;
-        open.maps
-            .rsspp_queue_frames
-            .set_max_entries(queues)
-            .map_err(bpf("sizing the queue counts"))?;
-        open.maps
-            .rsspp_nic_queue
-            .set_max_entries(buckets as u32)
-            .map_err(bpf("sizing the table's mirror"))?;
-        let skel = open.load().map_err(load_error("loading the XDP program"))?;
+            workers,
+            queues,
+        };
+        let (skel, rx_hash) = match load_nic(&mut first, sizes, Some(ifindex)) {
+            Ok(skel) => (skel, true),
+            Err(e) => {
+                tracing::info!("{iface}: no RX-hash program ({e}); hashing with Toeplitz in XDP");
+                (load_nic(&mut second, sizes, None)?, false)
+            }
+        };
         write_key(&skel.maps.rsspp_key, key)?;
         for (q, sockets) in per_queue.iter().enumerate() {
             skel.maps
@@ -1173,39 +1257,42 @@ impl XdpSetup {
                 )
                 .map_err(bpf("adding a socket to the socket map"))?;
         }
-        let prog = owned_prog_fd(&skel.progs.rsspp_xsk_nic)?;
+        let prog = if rx_hash {
+            owned_prog_fd(&skel.progs.rsspp_xsk_nic_rxh)?
+        } else {
+            owned_prog_fd(&skel.progs.rsspp_xsk_nic)?
+        };
         let xsks =
             MapHandle::try_from(&skel.maps.rsspp_xsks).map_err(bpf("taking the socket map"))?;
+        let map = |m: &libbpf_rs::MapMut<'_>, len: usize, what: &'static str| {
+            MappedArray::new(MapHandle::try_from(m).map_err(bpf(what))?, len, what)
+        };
         let counts = NicCounts {
-            early: MappedArray::new(
-                MapHandle::try_from(&skel.maps.rsspp_early)
-                    .map_err(bpf("taking the early counts"))?,
-                buckets,
-                "mapping the early counts",
-            )?,
-            queue_frames: MappedArray::new(
-                MapHandle::try_from(&skel.maps.rsspp_queue_frames)
-                    .map_err(bpf("taking the queue counts"))?,
+            early: map(&skel.maps.rsspp_early, buckets, "mapping the early counts")?,
+            queue_frames: map(
+                &skel.maps.rsspp_queue_frames,
                 queues as usize,
                 "mapping the queue counts",
             )?,
-            nic_queue: MappedArray::new(
-                MapHandle::try_from(&skel.maps.rsspp_nic_queue)
-                    .map_err(bpf("taking the table's mirror"))?,
+            nic_queue: map(
+                &skel.maps.rsspp_nic_queue,
                 buckets,
                 "mapping the table's mirror",
             )?,
-            late: MappedArray::new(
-                MapHandle::try_from(&skel.maps.rsspp_late).map_err(bpf("taking the late count"))?,
-                1,
-                "mapping the late count",
-            )?,
+            late: map(&skel.maps.rsspp_late, 1, "mapping the late count")?,
+            hashes: map(&skel.maps.rsspp_hashes, 2, "mapping the hash counts")?,
+            rx_hash,
         };
         let steering = Steering::with_words(prog, word_maps!(skel.maps), buckets, 0)?;
         let link = attach_to(steering.prog_fd(), iface, ifindex)?;
         let rx = per_queue
             .into_iter()
-            .map(|sockets| (XskRx { sockets }, None))
+            .map(|mut sockets| {
+                for s in &mut sockets {
+                    s.rx_hash_meta = rx_hash;
+                }
+                (XskRx { sockets }, None)
+            })
             .collect();
         Ok((
             Self {

@@ -75,6 +75,18 @@ pub struct FenceSummary {
     pub late_frames: u64,
 }
 
+/// By which hash hardware mode's program bucketed the frames.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct BucketedBy {
+    /// The NIC's own, read through `bpf_xdp_metadata_rx_hash` and handed
+    /// to the worker in the frame's metadata.
+    pub nic_hash: u64,
+    /// Toeplitz under the NIC's key, computed in XDP (and by the worker):
+    /// a driver or kernel without the RX-hash kfunc, or a frame it has no
+    /// hash for.
+    pub toeplitz: u64,
+}
+
 /// The NIC in hardware mode; see the module docs.
 #[derive(Debug)]
 pub struct Nic {
@@ -90,6 +102,8 @@ pub struct Nic {
     written: bool,
     /// The original was saved for `rsspp detach`.
     saved: bool,
+    /// How the frames were bucketed was said.
+    said_hashes: bool,
     /// The table last written (bucket → queue).
     current: Vec<u32>,
     /// How the fences ended.
@@ -149,11 +163,52 @@ impl Nic {
                 offsets: vec![0; size],
                 written: false,
                 saved: false,
+                said_hashes: false,
                 current: Vec::new(),
                 fences: FenceSummary::default(),
             },
             NicRss { size, key },
         ))
+    }
+
+    /// By which hash the program bucketed the frames so far.
+    pub fn bucketed_by(&self) -> BucketedBy {
+        self.counts
+            .as_ref()
+            .map_or_else(BucketedBy::default, |c| BucketedBy {
+                nic_hash: c.hashes.get(0).load(Ordering::Relaxed),
+                toeplitz: c.hashes.get(1).load(Ordering::Relaxed),
+            })
+    }
+
+    /// Says once, when the first frames have come, whether the NIC's own
+    /// hash reaches the program (a driver may report none with its
+    /// rx-hashing feature off).
+    pub fn say_how_bucketed(&mut self) {
+        let Some(counts) = &self.counts else {
+            return;
+        };
+        if self.said_hashes {
+            return;
+        }
+        let by = self.bucketed_by();
+        if by.nic_hash + by.toeplitz == 0 {
+            return;
+        }
+        self.said_hashes = true;
+        if by.nic_hash > 0 {
+            info!("{}: frames bucketed by the NIC's own hash", self.iface);
+        } else if counts.rx_hash {
+            info!(
+                "{}: the driver gives XDP no RSS hash (is rx-hashing off? ethtool -K {} rxhash on): bucketing with Toeplitz under the NIC's key",
+                self.iface, self.iface
+            );
+        } else {
+            info!(
+                "{}: bucketing with Toeplitz under the NIC's key (no RX-hash program)",
+                self.iface
+            );
+        }
     }
 
     /// Writes `table` (bucket → worker, worker w on queue w) to the NIC,

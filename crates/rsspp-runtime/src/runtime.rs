@@ -42,7 +42,7 @@ use crate::afxdp::{XdpSetup, XskTx};
 use crate::error::RuntimeError;
 use crate::metrics::{Exporter, RoundFigures};
 use crate::nf::{FlowRecord, NetworkFunction};
-use crate::nic::{FenceSummary, Nic};
+use crate::nic::{BucketedBy, FenceSummary, Nic};
 use crate::reframe::{ReframeStage, ReframerReport};
 use crate::steer::{HashInput, Steering};
 use crate::worker::{
@@ -237,6 +237,9 @@ pub struct Summary {
     /// Hardware mode: how the moves' fences ended.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fences: Option<FenceSummary>,
+    /// Hardware mode: by which hash the frames were bucketed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bucketed_by: Option<BucketedBy>,
     /// Per worker.
     pub workers: Vec<WorkerReport>,
 }
@@ -633,6 +636,7 @@ pub fn run<N: NetworkFunction>(
         handoffs: controller.summary,
         elephants: controller.elephants.as_ref().map(Elephants::summary),
         fences: controller.nic.as_ref().map(Nic::fences),
+        bucketed_by: controller.nic.as_ref().map(Nic::bucketed_by),
         ..Summary::default()
     };
     let mut reframer = config.reframer.map(|c| ReframerSummary {
@@ -1406,6 +1410,9 @@ impl<S> Controller<'_, S> {
             }
             next += interval;
             rounds += 1;
+            if let Some(nic) = self.nic.as_mut() {
+                nic.say_how_bucketed();
+            }
             let now = self.now();
             let round_start = Instant::now();
 

@@ -449,7 +449,11 @@ impl<N: NetworkFunction> Core<N> {
             }
         };
         let steering = headers::steering_key(&key, frame.data);
-        let hash = self.toeplitz.hash_flow(&steering);
+        // The NIC's own hash where it came with the frame: the NIC chose
+        // the queue, and the program the word, by it.
+        let hash = frame
+            .nic_hash
+            .unwrap_or_else(|| self.toeplitz.hash_flow(&steering));
         Some((record, key, steering, hash))
     }
 

@@ -42,6 +42,7 @@ const PPS: u32 = 4000;
 
 const SCRIPT: &str = "\
 step table-before ethtool -x eth0
+step rxhash ethtool -K eth0 rxhash $RXHASH
 ip link set eth0 promisc on
 rsspp nf --in eth0 --out eth1 --cpus 0,1 --backend afxdp --mode hardware --chain monitor \
     --churn 4 --duration 20 --json --no-metrics --flows-out /tmp/flows.jsonl >/tmp/nf.json 2>/tmp/nf.log &
@@ -148,6 +149,18 @@ fn table(listing: &str) -> Vec<u32> {
 
 #[test]
 fn hardware_mode_moves_buckets_in_the_nic_in_order_with_their_state() {
+    in_a_guest(true);
+}
+
+/// The same with the NIC's hash not given to XDP (`rxhash off`): the
+/// program and the workers bucket with Toeplitz under the NIC's key.
+#[test]
+fn hardware_mode_without_the_nics_hash_buckets_with_toeplitz() {
+    in_a_guest(false);
+}
+
+/// The run above, `rx_hash`: the NIC's rx-hashing feature on.
+fn in_a_guest(rx_hash: bool) {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         eprintln!("skipping: the guest's tap needs root (CI runs as root)");
@@ -156,12 +169,13 @@ fn hardware_mode_moves_buckets_in_the_nic_in_order_with_their_state() {
     let Some(env) = guest::GuestEnv::find_or_skip() else {
         return;
     };
-    let dir = Scratch::new("nf-guest");
+    let dir = Scratch::new(&format!("nf-guest-{rx_hash}"));
     let trace = dir.0.join("trace.pcap");
     let capture = dir.0.join("out.pcap");
     write_trace(&trace);
 
-    let mut spec = guest::GuestSpec::new(SCRIPT);
+    let onoff = if rx_hash { "on" } else { "off" };
+    let mut spec = guest::GuestSpec::new(format!("RXHASH={onoff}\n{SCRIPT}"));
     spec.queues = 2;
     spec.cpus = 2;
     spec.out_nic = true;
@@ -224,6 +238,12 @@ fn hardware_mode_moves_buckets_in_the_nic_in_order_with_their_state() {
     let s: serde_json::Value =
         serde_json::from_str(json.trim()).unwrap_or_else(|e| panic!("summary: {e}: {json}\n{log}"));
     eprintln!("hardware mode: {s}");
+    assert_eq!(
+        out.step("rxhash").status,
+        0,
+        "{}",
+        out.step("rxhash").output
+    );
     let sent = u64::from(FLOWS * PER_FLOW);
     let got = captured(&capture);
     let late: usize = (0..FLOWS)
@@ -238,6 +258,20 @@ fn hardware_mode_moves_buckets_in_the_nic_in_order_with_their_state() {
     assert!(s["migrations"].as_u64().unwrap() >= 100, "{s}");
     assert_eq!(s["handoffs"]["early"], 0, "{s}\n{log}");
     assert_eq!(s["fences"]["late_frames"], 0, "{s}\n{log}");
+    // With rx-hashing on, the guest's virtio-net hands the NIC's hash
+    // over (hash=on; Linux 6.12's virtnet_xdp_rx_hash) and every frame is
+    // bucketed by it; off, by Toeplitz in XDP and in the worker.
+    let (nic, toeplitz) = if rx_hash { (sent, 0) } else { (0, sent) };
+    assert_eq!(
+        s["bucketed_by"]["nic_hash"].as_u64(),
+        Some(nic),
+        "{s}\n{log}"
+    );
+    assert_eq!(
+        s["bucketed_by"]["toeplitz"].as_u64(),
+        Some(toeplitz),
+        "{s}\n{log}"
+    );
     for w in s["workers"].as_array().unwrap() {
         assert_eq!(w["stateless"], 0, "a frame ran without its state: {s}");
         assert_eq!(w["overshot"], 0, "marks and counts agree: {s}");

@@ -6,8 +6,11 @@
  * indirection table; this program only counts and hands each frame to its
  * queue's socket (xsks index = rx_queue_index).
  *
- * The bucket is the NIC's: the flow's Toeplitz hash under the NIC's key
- * (xdp_flow.h, the software mode's classification), low bits. Its word
+ * The bucket is the NIC's: the low bits of the NIC's own RSS hash, read
+ * through bpf_xdp_metadata_rx_hash (rsspp_xsk_nic_rxh, loaded bound to the
+ * device) and handed to the worker in the frame's metadata; where the
+ * driver gives none, the flow's Toeplitz hash under the NIC's key
+ * (xdp_flow.h, the software mode's classification; rsspp_xsk_nic). Its word
  * (words.h's format: owner in the top 16 bits, count below) numbers only
  * the frames that arrive on the owner's queue, so that the controller's
  * compare-and-swap of the owner returns how many of the bucket's frames
@@ -80,16 +83,38 @@ struct {
 	__type(value, __u64);
 } rsspp_queue_frames SEC(".maps");
 
+/* Frames bucketed by the NIC's own hash (entry 0), by the Toeplitz hash
+ * computed here (entry 1). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, __u64);
+} rsspp_hashes SEC(".maps");
+
 #include "xdp_flow.h"
 #include "words.h"
 
-SEC("xdp")
-int rsspp_xsk_nic(struct xdp_md *ctx)
+/* The kernel's enum; only its size matters here. */
+enum xdp_rss_hash_type { XDP_RSS_TYPE_NONE = 0 };
+
+/* Weak: kernels before 6.3 lack the kfunc (rsspp_xsk_nic runs there). */
+extern int bpf_xdp_metadata_rx_hash(const struct xdp_md *ctx, __u32 *hash,
+				    enum xdp_rss_hash_type *rss_type) __ksym __weak;
+
+/* The metadata before a frame whose bucket is the NIC's hash: the hash,
+ * then this, for the worker (see rsspp-runtime's afxdp.rs). */
+#define RX_HASH_MAGIC 0x52535348u
+
+static __always_inline int steer(struct xdp_md *ctx, int rx_hash)
 {
 	struct hash_input in = {};
-	__u32 zero = 0, queue = ctx->rx_queue_index, hash, bucket, owner;
+	__u32 zero = 0, one = 1, queue = ctx->rx_queue_index, hash, nic_hash = 0, bucket, owner;
+	enum xdp_rss_hash_type type;
 	struct key_table *t;
-	__u64 *seen, *word, *early, *named, *late, old;
+	__u64 *seen, *word, *early, *named, *late, *used, old;
+	int have = 0;
 
 	seen = bpf_map_lookup_elem(&rsspp_queue_frames, &queue);
 	if (!seen)
@@ -98,6 +123,15 @@ int rsspp_xsk_nic(struct xdp_md *ctx)
 	t = bpf_map_lookup_elem(&rsspp_key, &zero);
 	if (!t || xdp_flow_hash(ctx, t, &in, &hash))
 		return XDP_PASS;
+	/* The NIC's hash where the driver gives it (it fails with -ENODATA
+	 * or -EOPNOTSUPP otherwise): the NIC chose the queue by it. */
+	if (rx_hash && bpf_ksym_exists(bpf_xdp_metadata_rx_hash))
+		have = bpf_xdp_metadata_rx_hash(ctx, &nic_hash, &type) == 0;
+	if (have)
+		hash = nic_hash;
+	used = bpf_map_lookup_elem(&rsspp_hashes, have ? &zero : &one);
+	if (used)
+		__sync_fetch_and_add(used, 1);
 	bucket = hash & bucket_mask;
 	word = bpf_map_lookup_elem(&rsspp_words, &bucket);
 	early = bpf_map_lookup_elem(&rsspp_early, &bucket);
@@ -126,7 +160,31 @@ int rsspp_xsk_nic(struct xdp_md *ctx)
 		if (__sync_val_compare_and_swap(word, old, old + 1) == old)
 			break;
 	}
+	/* The NIC's hash goes with the frame, so that its worker buckets it
+	 * as this program did (a frame without it: the worker's Toeplitz,
+	 * the same as this program's). */
+	if (have && bpf_xdp_adjust_meta(ctx, -8) == 0) {
+		__u32 *meta = (void *)(long)ctx->data_meta;
+
+		if ((void *)(meta + 2) <= (void *)(long)ctx->data) {
+			meta[0] = hash;
+			meta[1] = RX_HASH_MAGIC;
+		}
+	}
 	return bpf_redirect_map(&rsspp_xsks, queue, XDP_PASS);
+}
+
+SEC("xdp")
+int rsspp_xsk_nic(struct xdp_md *ctx)
+{
+	return steer(ctx, 0);
+}
+
+/* Bound to the device at load (the kfunc is the driver's). */
+SEC("xdp")
+int rsspp_xsk_nic_rxh(struct xdp_md *ctx)
+{
+	return steer(ctx, 1);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
