@@ -253,25 +253,12 @@ impl Bench {
     fn replay(&self, name: &str, frames: &[Vec<u8>], pps: u32) {
         let path = self.dir.0.join(name);
         write_pcap(&path, frames);
-        let out = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &self.ns.name,
-                "taskset",
-                "-c",
-                "0",
-                "tcpreplay",
-                "-q",
-            ])
-            .args(["--pps", &pps.to_string(), "-i", "veth0"])
-            .arg(&path)
-            .output()
-            .expect("tcpreplay (scripts/test-deps installs it)");
-        assert!(
-            out.status.success(),
-            "tcpreplay: {}",
-            String::from_utf8_lossy(&out.stderr)
+        nf_common::replay(
+            &self.ns.name,
+            "veth0",
+            true,
+            &["--pps", &pps.to_string()],
+            &path,
         );
     }
 

@@ -246,16 +246,8 @@ fn run(elephants: &str, tag: &str, extra: &[&str], port: u16, trace: &Path, dir:
         assert!(Instant::now() < deadline, "rsspp nf never started");
         std::thread::sleep(Duration::from_millis(100));
     }
-    let mut replay = Reaped(Some(
-        Command::new("ip")
-            .args(["netns", "exec", &ns.name, "taskset", "-c", "0", "tcpreplay"])
-            .args(["-q", "--pps", &PPS.to_string(), "-i", "veth0"])
-            .arg(trace)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("tcpreplay (scripts/test-deps installs it)"),
-    ));
+    let mut replay =
+        nf_common::start_replay(&ns.name, "veth0", true, &["--pps", &PPS.to_string()], trace);
     // Three one-second windows from 4 s on.
     std::thread::sleep(Duration::from_secs(4));
     let mut scrapes = vec![cpu_packets(&ns, port)];

@@ -214,16 +214,12 @@ fn in_a_guest(rx_hash: bool) {
             .expect("tcpdump (scripts/test-deps installs it)"),
     ));
     g.wait_for("@@nf-up@@").unwrap();
-    let replay = Command::new("ip")
-        .args(["netns", "exec", g.netns(), "tcpreplay", "-q"])
-        .args(["--pps", &PPS.to_string(), "-i", g.tap()])
-        .arg(&trace)
-        .output()
-        .expect("tcpreplay (scripts/test-deps installs it)");
-    assert!(
-        replay.status.success(),
-        "tcpreplay: {}",
-        String::from_utf8_lossy(&replay.stderr)
+    nf_common::replay(
+        g.netns(),
+        g.tap(),
+        false,
+        &["--pps", &PPS.to_string()],
+        &trace,
     );
     let out = g.finish().unwrap();
     tcpdump.stop_capture();

@@ -140,25 +140,12 @@ fn run_on(test: &str, queues: u32, extra: &[&str]) -> Run {
     std::thread::sleep(Duration::from_millis(1500));
     // One CPU for the sender: the kernel then delivers its frames to
     // veth1 in the order sent.
-    let replay = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &ns.name,
-            "taskset",
-            "-c",
-            "0",
-            "tcpreplay",
-            "-q",
-        ])
-        .args(["--pps", &PPS.to_string(), "-i", "veth0"])
-        .arg(&trace)
-        .output()
-        .expect("tcpreplay (scripts/test-deps installs it)");
-    assert!(
-        replay.status.success(),
-        "tcpreplay: {}",
-        String::from_utf8_lossy(&replay.stderr)
+    nf_common::replay(
+        &ns.name,
+        "veth0",
+        true,
+        &["--pps", &PPS.to_string()],
+        &trace,
     );
     let out = nf.finish("rsspp nf", Duration::from_secs(30));
     tcpdump.stop_capture();

@@ -121,23 +121,8 @@ fn through(ns: &Netns, dir: &Path, command: &[&str], trace: &Path, replay: &[&st
     std::thread::sleep(Duration::from_millis(1500));
     // One CPU for the sender: the kernel then delivers its frames to
     // veth1 in the order sent.
-    let replayed = Command::new("ip")
-        .args(["netns", "exec", &ns.name, "taskset", "-c", "0"])
-        .args(["tcpreplay", "-q"])
-        .args(replay)
-        .args(["-i", "veth0"])
-        .arg(trace)
-        .output()
-        .expect("tcpreplay (scripts/test-deps installs it)");
-    assert!(
-        replayed.status.success(),
-        "tcpreplay: {}",
-        String::from_utf8_lossy(&replayed.stderr)
-    );
-    eprintln!(
-        "tcpreplay: {}",
-        String::from_utf8_lossy(&replayed.stdout).trim()
-    );
+    let report = nf_common::replay(&ns.name, "veth0", true, replay, trace);
+    eprintln!("tcpreplay: {}", report.trim());
     let out = child.finish("rsspp", Duration::from_secs(60));
     tcpdump.stop_capture();
     let summary = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {

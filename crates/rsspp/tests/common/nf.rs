@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Output};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// A flow as the receiver and the monitor name it.
@@ -163,4 +163,44 @@ pub fn ready() -> bool {
         return false;
     }
     true
+}
+
+/// `tcpreplay -q ARGS -i DEV TRACE` in network namespace `ns`; with
+/// `pinned`, on CPU 0 only, so that the kernel delivers its frames to the
+/// peer in the order sent.
+pub fn tcpreplay(ns: &str, dev: &str, pinned: bool, args: &[&str], trace: &Path) -> Command {
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", ns]);
+    if pinned {
+        cmd.args(["taskset", "-c", "0"]);
+    }
+    cmd.args(["tcpreplay", "-q"])
+        .args(args)
+        .args(["-i", dev])
+        .arg(trace);
+    cmd
+}
+
+/// Runs [`tcpreplay`] to its end, which must be a success; its report.
+pub fn replay(ns: &str, dev: &str, pinned: bool, args: &[&str], trace: &Path) -> String {
+    let out = tcpreplay(ns, dev, pinned, args, trace)
+        .output()
+        .expect("tcpreplay (scripts/test-deps installs it)");
+    assert!(
+        out.status.success(),
+        "tcpreplay: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Starts [`tcpreplay`] (its output kept for [`Reaped::stop`]).
+pub fn start_replay(ns: &str, dev: &str, pinned: bool, args: &[&str], trace: &Path) -> Reaped {
+    Reaped(Some(
+        tcpreplay(ns, dev, pinned, args, trace)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tcpreplay (scripts/test-deps installs it)"),
+    ))
 }
