@@ -159,8 +159,15 @@ fn hardware_mode_without_the_nics_hash_buckets_with_toeplitz() {
     in_a_guest(false);
 }
 
+/// One guest at a time: two emulated guests on a 2-CPU host would stall
+/// each other's CPUs (and so the fences' assumption) for the test's sake.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// The run above, `rx_hash`: the NIC's rx-hashing feature on.
 fn in_a_guest(rx_hash: bool) {
+    let _one = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         eprintln!("skipping: the guest's tap needs root (CI runs as root)");
