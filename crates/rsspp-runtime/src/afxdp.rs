@@ -37,8 +37,8 @@ use rsspp_core::RssKey;
 use crate::afpacket::{os, setsockopt, Frame};
 use crate::error::{Os, RuntimeError};
 use crate::steer::{
-    owned_prog_fd, route_libbpf_logs, size_words, word_maps, write_key, MappedArray, Steering,
-    MAX_BUCKETS,
+    load_error, owned_prog_fd, route_libbpf_logs, size_words, word_maps, write_key, MappedArray,
+    Steering, MAX_BUCKETS,
 };
 
 mod skel {
@@ -80,8 +80,8 @@ const FRAME_SIZE: u32 = 2048;
 const QUEUE_FRAMES: u32 = 4096;
 /// Descriptors in each socket's RX ring.
 const RX_RING: u32 = 2048;
-/// The completion ring the kernel demands of a UMEM's first socket (this
-/// backend transmits through AF_PACKET: it stays empty).
+/// The completion ring the kernel demands of a receive queue's UMEM (the
+/// transmit sockets have UMEMs of their own: it stays empty).
 const COMPLETION_RING: u32 = 64;
 /// The word after the NIC's hash in a frame's metadata
 /// (`src/bpf/xsk_nic.bpf.c`).
@@ -328,6 +328,62 @@ impl Umem {
     }
 }
 
+/// A UMEM of this process's own, registered on a socket, with its fill and
+/// completion rings mapped, and the socket's ring offsets (for its RX or
+/// TX ring, sized before).
+struct OwnUmem {
+    area: Mapping,
+    fill: Ring,
+    completion: Ring,
+    off: MmapOffsets,
+}
+
+impl OwnUmem {
+    /// `frames` chunks of [`FRAME_SIZE`] registered on `fd`, with a fill
+    /// ring of `fill` entries and a completion ring of `completion`.
+    fn register(fd: RawFd, frames: u32, fill: u32, completion: u32) -> Result<Self, RuntimeError> {
+        let len = (frames * FRAME_SIZE) as usize;
+        let area = Mapping::new(None, len, 0, "allocating a UMEM")?;
+        let reg = UmemReg {
+            addr: area.ptr as u64,
+            len: len as u64,
+            chunk_size: FRAME_SIZE,
+            headroom: 0,
+            flags: 0,
+            tx_metadata_len: 0,
+        };
+        setsockopt(fd, SOL_XDP, XDP_UMEM_REG, &reg, "registering a UMEM")?;
+        setsockopt(fd, SOL_XDP, XDP_UMEM_FILL_RING, &fill, "sizing a fill ring")?;
+        setsockopt(
+            fd,
+            SOL_XDP,
+            XDP_UMEM_COMPLETION_RING,
+            &completion,
+            "sizing a completion ring",
+        )?;
+        let off: MmapOffsets = getsockopt(fd, XDP_MMAP_OFFSETS)
+            .ok_or_else(|| os("reading the AF_XDP ring offsets"))?;
+        Ok(Self {
+            fill: Ring::map::<u64>(
+                fd,
+                off.fr,
+                fill,
+                XDP_UMEM_PGOFF_FILL_RING,
+                "mapping a fill ring",
+            )?,
+            completion: Ring::map::<u64>(
+                fd,
+                off.cr,
+                completion,
+                XDP_UMEM_PGOFF_COMPLETION_RING,
+                "mapping a completion ring",
+            )?,
+            area,
+            off,
+        })
+    }
+}
+
 /// One AF_XDP socket, bound to a queue, with its RX ring.
 #[derive(Debug)]
 pub struct XskSocket {
@@ -391,53 +447,12 @@ impl XskSocket {
     /// (zero-copy or copy).
     fn first(ifindex: u32, queue: u32, flags: u16) -> Result<Self, RuntimeError> {
         let fd = Self::unbound()?;
-        let len = (QUEUE_FRAMES * FRAME_SIZE) as usize;
-        let area = Mapping::new(None, len, 0, "allocating a UMEM")?;
-        let reg = UmemReg {
-            addr: area.ptr as u64,
-            len: len as u64,
-            chunk_size: FRAME_SIZE,
-            headroom: 0,
-            flags: 0,
-            tx_metadata_len: 0,
-        };
-        setsockopt(
-            fd.as_raw_fd(),
-            SOL_XDP,
-            XDP_UMEM_REG,
-            &reg,
-            "registering a UMEM",
-        )?;
-        setsockopt(
-            fd.as_raw_fd(),
-            SOL_XDP,
-            XDP_UMEM_FILL_RING,
-            &QUEUE_FRAMES,
-            "sizing a fill ring",
-        )?;
-        setsockopt(
-            fd.as_raw_fd(),
-            SOL_XDP,
-            XDP_UMEM_COMPLETION_RING,
-            &COMPLETION_RING,
-            "sizing a completion ring",
-        )?;
-        let off: MmapOffsets = getsockopt(fd.as_raw_fd(), XDP_MMAP_OFFSETS)
-            .ok_or_else(|| os("reading the AF_XDP ring offsets"))?;
-        let fill = Ring::map::<u64>(
-            fd.as_raw_fd(),
-            off.fr,
-            QUEUE_FRAMES,
-            XDP_UMEM_PGOFF_FILL_RING,
-            "mapping a fill ring",
-        )?;
-        let completion = Ring::map::<u64>(
-            fd.as_raw_fd(),
-            off.cr,
-            COMPLETION_RING,
-            XDP_UMEM_PGOFF_COMPLETION_RING,
-            "mapping a completion ring",
-        )?;
+        let OwnUmem {
+            area,
+            fill,
+            completion,
+            off,
+        } = OwnUmem::register(fd.as_raw_fd(), QUEUE_FRAMES, QUEUE_FRAMES, COMPLETION_RING)?;
         let rx = Ring::map::<Desc>(
             fd.as_raw_fd(),
             off.rx,
@@ -624,54 +639,19 @@ impl XskTx {
     fn bound(ifindex: u32, queue: u32, flags: u16) -> Result<Self, RuntimeError> {
         let fd = xsk_socket()?;
         let raw = fd.as_raw_fd();
-        let len = (TX_FRAMES * FRAME_SIZE) as usize;
-        let area = Mapping::new(None, len, 0, "allocating a UMEM")?;
-        let reg = UmemReg {
-            addr: area.ptr as u64,
-            len: len as u64,
-            chunk_size: FRAME_SIZE,
-            headroom: 0,
-            flags: 0,
-            tx_metadata_len: 0,
-        };
-        setsockopt(raw, SOL_XDP, XDP_UMEM_REG, &reg, "registering a UMEM")?;
         setsockopt(raw, SOL_XDP, XDP_TX_RING, &TX_FRAMES, "sizing a TX ring")?;
-        setsockopt(
-            raw,
-            SOL_XDP,
-            XDP_UMEM_FILL_RING,
-            &TX_FILL_RING,
-            "sizing a fill ring",
-        )?;
-        setsockopt(
-            raw,
-            SOL_XDP,
-            XDP_UMEM_COMPLETION_RING,
-            &TX_FRAMES,
-            "sizing a completion ring",
-        )?;
-        let off: MmapOffsets = getsockopt(raw, XDP_MMAP_OFFSETS)
-            .ok_or_else(|| os("reading the AF_XDP ring offsets"))?;
+        let OwnUmem {
+            area,
+            fill,
+            completion,
+            off,
+        } = OwnUmem::register(raw, TX_FRAMES, TX_FILL_RING, TX_FRAMES)?;
         let tx = Ring::map::<Desc>(
             raw,
             off.tx,
             TX_FRAMES,
             XDP_PGOFF_TX_RING,
             "mapping an AF_XDP TX ring",
-        )?;
-        let completion = Ring::map::<u64>(
-            raw,
-            off.cr,
-            TX_FRAMES,
-            XDP_UMEM_PGOFF_COMPLETION_RING,
-            "mapping a completion ring",
-        )?;
-        let fill = Ring::map::<u64>(
-            raw,
-            off.fr,
-            TX_FILL_RING,
-            XDP_UMEM_PGOFF_FILL_RING,
-            "mapping a fill ring",
         )?;
         bind(raw, ifindex, queue, flags, 0)?;
         let produced = tx.index(tx.producer).load(Ordering::Relaxed);
@@ -1079,6 +1059,29 @@ fn open_queues(
     Ok((all, mode))
 }
 
+/// Puts each queue's sockets into the programs' socket map, queue-major:
+/// socket `i` of queue `q` at `q * sockets per queue + i`.
+fn fill_xsks(
+    map: &libbpf_rs::MapMut<'_>,
+    per_queue: &[Vec<XskSocket>],
+) -> Result<(), RuntimeError> {
+    for (q, sockets) in per_queue.iter().enumerate() {
+        for (i, s) in sockets.iter().enumerate() {
+            let slot = (q * sockets.len() + i) as u32;
+            map.update(
+                &slot.to_ne_bytes(),
+                &(s.fd.as_raw_fd() as u32).to_ne_bytes(),
+                MapFlags::ANY,
+            )
+            .map_err(|source| RuntimeError::Bpf {
+                what: "adding a socket to the socket map",
+                source,
+            })?;
+        }
+    }
+    Ok(())
+}
+
 /// Attaches `prog` to `iface` (index `ifindex`) through a BPF link, the
 /// refusal said in one line.
 fn attach_to(prog: RawFd, iface: &str, ifindex: u32) -> Result<OwnedFd, RuntimeError> {
@@ -1093,17 +1096,6 @@ fn attach_to(prog: RawFd, iface: &str, ifindex: u32) -> Result<OwnedFd, RuntimeE
             "cannot attach an XDP program to {iface}: {source}{why}"
         ))
     })
-}
-
-/// Loading a program: a refusal for want of privileges is said so.
-fn load_error(what: &'static str) -> impl Fn(libbpf_rs::Error) -> RuntimeError {
-    move |source| {
-        if source.kind() == libbpf_rs::ErrorKind::PermissionDenied {
-            RuntimeError::NoPrivileges
-        } else {
-            RuntimeError::Bpf { what, source }
-        }
-    }
 }
 
 impl XdpSetup {
@@ -1158,19 +1150,7 @@ impl XdpSetup {
             .map_err(bpf("sizing the socket map"))?;
         let skel = open.load().map_err(load_error("loading the XDP program"))?;
         write_key(&skel.maps.rsspp_key, key)?;
-        for (q, sockets) in per_queue.iter().enumerate() {
-            for (w, s) in sockets.iter().enumerate() {
-                let slot = (q * queue_sockets + w) as u32;
-                skel.maps
-                    .rsspp_xsks
-                    .update(
-                        &slot.to_ne_bytes(),
-                        &(s.fd.as_raw_fd() as u32).to_ne_bytes(),
-                        MapFlags::ANY,
-                    )
-                    .map_err(bpf("adding a socket to the socket map"))?;
-            }
-        }
+        fill_xsks(&skel.maps.rsspp_xsks, &per_queue)?;
         let prog = owned_prog_fd(&skel.progs.rsspp_xsk)?;
         let xsks =
             MapHandle::try_from(&skel.maps.rsspp_xsks).map_err(bpf("taking the socket map"))?;
@@ -1247,16 +1227,7 @@ impl XdpSetup {
             }
         };
         write_key(&skel.maps.rsspp_key, key)?;
-        for (q, sockets) in per_queue.iter().enumerate() {
-            skel.maps
-                .rsspp_xsks
-                .update(
-                    &(q as u32).to_ne_bytes(),
-                    &(sockets[0].fd.as_raw_fd() as u32).to_ne_bytes(),
-                    MapFlags::ANY,
-                )
-                .map_err(bpf("adding a socket to the socket map"))?;
-        }
+        fill_xsks(&skel.maps.rsspp_xsks, &per_queue)?;
         let prog = if rx_hash {
             owned_prog_fd(&skel.progs.rsspp_xsk_nic_rxh)?
         } else {

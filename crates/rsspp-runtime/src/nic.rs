@@ -94,8 +94,8 @@ pub struct Nic {
     iface: String,
     original: Vec<u32>,
     counts: Option<NicCounts>,
-    /// Per queue: descriptors of its receive ring.
-    rings: Vec<u64>,
+    /// Descriptors of each receive ring (`ethtool -g`: one size for all).
+    ring: u64,
     /// Per bucket: frames its owner took that its word did not number.
     offsets: Vec<u64>,
     /// The table was written (and is put back on drop).
@@ -152,14 +152,13 @@ impl Nic {
                 .map_err(|e| RuntimeError::Config(format!("{iface}'s RSS key: {e}")))?
         };
         let ring = ring_size(iface).map_or(UNKNOWN_RING, u64::from);
-        let rings = vec![ring; workers];
         Ok((
             Self {
                 device,
                 iface: iface.to_string(),
                 original,
                 counts: None,
-                rings,
+                ring,
                 offsets: vec![0; size],
                 written: false,
                 saved: false,
@@ -268,7 +267,7 @@ impl Nic {
             return;
         };
         let seen = |q: usize| counts.queue_frames.get(q).load(Ordering::Acquire);
-        let busy = fence(queues, &self.rings, seen, ran, &mut self.fences);
+        let busy = fence(queues, self.ring, seen, ran, &mut self.fences);
         if !busy.is_empty() {
             warn!(
                 "{}: queue{} {busy:?} still busy {} ms after the table's write: moving on",
@@ -314,13 +313,13 @@ impl Nic {
 }
 
 /// The fence itself (see the module docs): waits until each of `queues`
-/// has seen as many frames as its ring holds (`seen(q)`: frames so far),
+/// has seen as many frames as a ring holds (`seen(q)`: frames so far),
 /// or none for [`QUIET`] while its worker ran ([`WORKER_RAN`] of
 /// `ran(q)`), at most [`FENCE_LIMIT`]; counts how each ended in `summary`
 /// and returns the queues it gave up on.
 fn fence(
     queues: &[usize],
-    rings: &[u64],
+    ring: u64,
     seen: impl Fn(usize) -> u64,
     ran: impl Fn(usize) -> u64,
     summary: &mut FenceSummary,
@@ -339,7 +338,7 @@ fn fence(
         let now = Instant::now();
         waiting.retain_mut(|(q, at_write, last, changed, ran_then)| {
             let c = seen(*q);
-            if c.saturating_sub(*at_write) >= rings[*q] {
+            if c.saturating_sub(*at_write) >= ring {
                 summary.ring += 1;
                 return false;
             }
@@ -444,7 +443,7 @@ mod tests {
     }
 
     fn run_fence(
-        rings: &[u64],
+        ring: u64,
         frames: &AtomicU64,
         ran: &AtomicU64,
     ) -> (FenceSummary, Vec<usize>, Duration) {
@@ -452,7 +451,7 @@ mod tests {
         let start = Instant::now();
         let busy = fence(
             &[0, 0],
-            rings,
+            ring,
             |_| frames.load(Ordering::Relaxed),
             |_| ran.load(Ordering::Relaxed),
             &mut summary,
@@ -463,7 +462,7 @@ mod tests {
     #[test]
     fn a_quiet_queue_whose_worker_runs_passes_after_the_quiet_time() {
         let (frames, ran) = traffic(0, 1_000);
-        let (s, busy, took) = run_fence(&[256], &frames, &ran);
+        let (s, busy, took) = run_fence(256, &frames, &ran);
         assert_eq!((s.quiet, s.ring, s.timed_out), (1, 0, 0), "{s:?}");
         assert!(busy.is_empty());
         assert!(took >= QUIET, "{took:?}");
@@ -474,7 +473,7 @@ mod tests {
         // A stalled CPU: no frame, and no run time either.
         let frames = AtomicU64::new(0);
         let ran = AtomicU64::new(0);
-        let (s, busy, took) = run_fence(&[256], &frames, &ran);
+        let (s, busy, took) = run_fence(256, &frames, &ran);
         assert_eq!((s.quiet, s.ring, s.timed_out), (0, 0, 1), "{s:?}");
         assert_eq!(busy, vec![0]);
         assert!(took >= FENCE_LIMIT, "{took:?}");
@@ -485,7 +484,7 @@ mod tests {
         // A frame a millisecond: never quiet; a ring of 20 frames is
         // passed after about 20 ms.
         let (frames, ran) = traffic(1, 2_000);
-        let (s, busy, took) = run_fence(&[20], &frames, &ran);
+        let (s, busy, took) = run_fence(20, &frames, &ran);
         assert_eq!((s.quiet, s.ring, s.timed_out), (0, 1, 0), "{s:?}");
         assert!(busy.is_empty());
         assert!(took >= Duration::from_millis(19), "{took:?}");
@@ -494,7 +493,7 @@ mod tests {
     #[test]
     fn a_busy_queue_with_a_large_ring_gives_up_at_the_limit() {
         let (frames, ran) = traffic(1, 2_000);
-        let (s, busy, _) = run_fence(&[1_000_000], &frames, &ran);
+        let (s, busy, _) = run_fence(1_000_000, &frames, &ran);
         assert_eq!((s.quiet, s.ring, s.timed_out), (0, 0, 1), "{s:?}");
         assert_eq!(busy, vec![0]);
     }

@@ -606,9 +606,9 @@ pub fn run<N: NetworkFunction>(
             .elephants
             .map(|c| Elephants::new(c, slots, hot, config.handoff_timeout)),
         nic,
-        clocks: clocks.clone(),
+        clocks,
     };
-    let result = controller.rounds(&mut table, &clocks, stop);
+    let result = controller.rounds(&mut table, stop);
     // Whatever happened, the workers drain and exit.
     let settled = controller.settle();
     let marks: Vec<u64> = (0..config.buckets + slots)
@@ -711,7 +711,8 @@ struct Controller<'a, S> {
     elephants: Option<Elephants>,
     /// Hardware mode's NIC.
     nic: Option<Nic>,
-    /// The workers' clocks (hardware mode's fences read them).
+    /// The workers' clocks: their busy and idle times, live counts and
+    /// counted flows.
     clocks: Vec<Arc<Clock>>,
 }
 
@@ -959,7 +960,6 @@ impl<S> Controller<'_, S> {
         &mut self,
         bucket_packets: &[u64],
         table: &IndirectionTable,
-        clocks: &[Arc<Clock>],
     ) -> Option<OverrideCounts> {
         let e = self.elephants.as_mut()?;
         let n = self.peers.len();
@@ -989,7 +989,7 @@ impl<S> Controller<'_, S> {
             }
         }
         let mut flows: HashMap<HashInput, (usize, u64)> = HashMap::new();
-        for c in clocks {
+        for c in &self.clocks {
             for (input, f) in c.take_flows() {
                 // A flow with a slot (being freed) is not counted again
                 // before its slot is free.
@@ -1314,12 +1314,11 @@ impl<S> Controller<'_, S> {
                 .map(|m| (m.to, ToWorker::Expect { bucket: m.bucket }))
                 .collect(),
         )?;
+        table.apply(plan, self.peers.len())?;
         if let Some(nic) = self.nic.as_mut() {
             // The NIC first, then its old queues' fences: every frame they
             // held from before is counted when the words switch.
-            let mut next = table.clone();
-            next.apply(plan, self.peers.len())?;
-            nic.write(&next)?;
+            nic.write(table)?;
             let sources: Vec<usize> = plan.moves.iter().map(|m| m.from).collect();
             let clocks = &self.clocks;
             nic.fence(&sources, |q| {
@@ -1357,7 +1356,6 @@ impl<S> Controller<'_, S> {
                 },
             )?;
         }
-        table.apply(plan, self.peers.len())?;
         Ok(())
     }
 
@@ -1365,9 +1363,9 @@ impl<S> Controller<'_, S> {
     fn rounds(
         &mut self,
         table: &mut IndirectionTable,
-        clocks: &[Arc<Clock>],
         stop: &AtomicBool,
     ) -> Result<(u64, u64), RuntimeError> {
+        let clocks = self.clocks.clone();
         let n = self.peers.len();
         let interval = self.config.control.interval;
         let mut control = ControlLoop::new(self.config.control);
@@ -1433,7 +1431,7 @@ impl<S> Controller<'_, S> {
             times = fresh;
             // Overridden flows: counted by their slots' words, not their
             // buckets'.
-            let over = self.override_counts(&bucket_packets, table, clocks);
+            let over = self.override_counts(&bucket_packets, table);
             let with_overridden = over.as_ref().map_or(&bucket_packets, |o| &o.bucket_packets);
             for (t, p) in bucket_totals.iter_mut().zip(with_overridden) {
                 *t += p;

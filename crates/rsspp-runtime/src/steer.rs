@@ -159,6 +159,17 @@ pub(crate) fn write_key(map: &MapMut<'_>, key: &RssKey) -> Result<(), RuntimeErr
     })
 }
 
+/// Loading a program: a refusal for want of privileges is said so.
+pub(crate) fn load_error(what: &'static str) -> impl Fn(libbpf_rs::Error) -> RuntimeError {
+    move |source| {
+        if source.kind() == libbpf_rs::ErrorKind::PermissionDenied {
+            RuntimeError::NoPrivileges
+        } else {
+            RuntimeError::Bpf { what, source }
+        }
+    }
+}
+
 /// An fd of a loaded program of this process's own.
 pub(crate) fn owned_prog_fd(prog: &impl AsFd) -> Result<OwnedFd, RuntimeError> {
     prog.as_fd().try_clone_to_owned().map_err(|source| {
@@ -235,16 +246,9 @@ impl Steering {
             buckets,
             slots,
         )?;
-        let skel = open.load().map_err(|source| {
-            if source.kind() == libbpf_rs::ErrorKind::PermissionDenied {
-                RuntimeError::NoPrivileges
-            } else {
-                RuntimeError::Bpf {
-                    what: "loading the fanout program",
-                    source,
-                }
-            }
-        })?;
+        let skel = open
+            .load()
+            .map_err(load_error("loading the fanout program"))?;
         write_key(&skel.maps.rsspp_key, key)?;
         let prog = owned_prog_fd(&skel.progs.rsspp_fanout)?;
         Self::with_words(prog, word_maps!(skel.maps), buckets, slots)

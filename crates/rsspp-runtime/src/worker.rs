@@ -819,10 +819,9 @@ impl<N: NetworkFunction> Core<N> {
         }
     }
 
-    /// Sends what the transmit side holds. Frames the interface refused
-    /// were counted as forwarded: they move to `tx_error`, as do, at the
-    /// end (`last`), those it never took.
-    /// True if there was something to send.
+    /// Sends what the transmit side holds; true if there was something.
+    /// Frames the interface refused were counted as forwarded: they move
+    /// to `tx_error`, as do, at the end (`last`), those it never took.
     pub(crate) fn flush_tx(&mut self, last: bool) -> bool {
         let Some(Tx::Xdp(tx)) = self.tx.as_mut() else {
             return false;
