@@ -15,12 +15,14 @@
 mod device;
 mod fake;
 mod netlink;
+mod rules;
 mod wire;
 
 use std::fmt;
 
 pub use device::{Ethtool, Interface};
 pub use fake::FakeNic;
+pub use rules::{FlowRule, RuleMatch, RuleProto, RuleTable};
 
 /// A device whose RSS indirection table can be read and written.
 pub trait RssDevice {
@@ -39,6 +41,29 @@ pub trait RssDevice {
     fn reset_indirection(&mut self) -> Result<(), EthtoolError>;
     /// The number of RX queues the table may name (entries `0..n`).
     fn rx_queues(&mut self) -> Result<u32, EthtoolError>;
+    /// The NIC's ntuple rule table: its size and the locations in use;
+    /// [`EthtoolError::NoRules`] where the driver has none (the default).
+    fn rule_table(&mut self) -> Result<RuleTable, EthtoolError> {
+        Err(no_rules(self.name()))
+    }
+    /// Inserts `rule` at its location, replacing the rule there if any.
+    fn insert_rule(&mut self, _rule: &FlowRule) -> Result<(), EthtoolError> {
+        Err(no_rules(self.name()))
+    }
+    /// Deletes the rule at `location`.
+    fn delete_rule(&mut self, _location: u32) -> Result<(), EthtoolError> {
+        Err(no_rules(self.name()))
+    }
+}
+
+/// A device without ntuple rules, as the kernel says it
+/// (`ETHTOOL_GRXCLSRLCNT`: `EOPNOTSUPP`).
+fn no_rules(iface: &str) -> EthtoolError {
+    EthtoolError::NoRules {
+        iface: iface.to_string(),
+        op: "ETHTOOL_GRXCLSRLCNT",
+        errno: Errno(libc::EOPNOTSUPP),
+    }
 }
 
 /// The table a driver starts with, and `ethtool -X IF default` puts back:
@@ -205,6 +230,27 @@ pub enum EthtoolError {
         /// The ioctl that was refused.
         op: &'static str,
         /// What it returned.
+        errno: Errno,
+    },
+    /// The driver has no ntuple rules (`ethtool -N`), or keeps them off
+    /// (the `ntuple-filters` feature).
+    #[error("{iface}: the driver has no ntuple rules ({op}: {errno})")]
+    NoRules {
+        /// The interface.
+        iface: String,
+        /// The ioctl that was refused.
+        op: &'static str,
+        /// What it returned.
+        errno: Errno,
+    },
+    /// The driver refused an ntuple rule.
+    #[error("{iface}: the driver refused the ntuple rule `{rule}` ({errno})")]
+    RuleRefused {
+        /// The interface.
+        iface: String,
+        /// The rule, as `ethtool -N` takes it.
+        rule: String,
+        /// What the ioctl returned.
         errno: Errno,
     },
     /// The driver has no indirection table it lets userspace write.

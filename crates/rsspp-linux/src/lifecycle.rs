@@ -523,6 +523,9 @@ pub struct SavedTable {
     pub context: u32,
     /// The table.
     pub table: Vec<u32>,
+    /// The locations of the ntuple rules the daemon put in the NIC's rule
+    /// table (per-flow overrides), to delete.
+    pub rules: Vec<u32>,
 }
 
 impl SavedTable {
@@ -536,7 +539,7 @@ impl SavedTable {
     /// none).
     pub fn read(iface: &str) -> Option<SavedTable> {
         let text = fs::read_to_string(Self::path(iface)).ok()?;
-        let (mut pid, mut table, mut context) = (None, None, Some(0));
+        let (mut pid, mut table, mut context, mut rules) = (None, None, Some(0), Some(Vec::new()));
         for (k, v) in text
             .lines()
             .filter(|l| !l.starts_with('#'))
@@ -551,6 +554,13 @@ impl SavedTable {
                         .map(|q| q.parse().ok())
                         .collect::<Option<Vec<u32>>>()
                 }
+                "rules" => {
+                    rules = v
+                        .split(',')
+                        .filter(|l| !l.is_empty())
+                        .map(|l| l.parse().ok())
+                        .collect::<Option<Vec<u32>>>()
+                }
                 _ => {}
             }
         }
@@ -558,6 +568,7 @@ impl SavedTable {
             pid: pid?,
             context: context?,
             table: table.filter(|t| !t.is_empty())?,
+            rules: rules?,
         })
     }
 
@@ -565,12 +576,13 @@ impl SavedTable {
     pub fn write(&self, iface: &str) -> io::Result<()> {
         let path = Self::path(iface);
         fs::create_dir_all(path.parent().expect("a directory"))?;
-        let table: Vec<String> = self.table.iter().map(u32::to_string).collect();
+        let list = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
         let text = format!(
-            "# rsspp run --mode hardware: the NIC's table before it wrote its own\npid={}\ncontext={}\ntable={}\n",
+            "# rsspp run --mode hardware: the NIC's table before it wrote its own, and the locations of its ntuple rules\npid={}\ncontext={}\ntable={}\nrules={}\n",
             self.pid,
             self.context,
-            table.join(",")
+            list(&self.table),
+            list(&self.rules)
         );
         let tmp = path.with_extension("tmp");
         fs::write(&tmp, text)?;
@@ -615,6 +627,7 @@ pub fn restore_saved_table(iface: &str) -> Result<Option<u32>, LifecycleError> {
         return Ok(None);
     }
     let mut nic = crate::ethtool::Ethtool::open(iface)?.context(saved.context)?;
+    delete_left_rules(&mut nic, &saved);
     crate::ethtool::put_back(&mut nic, &saved.table)?;
     SavedTable::remove(iface);
     tracing::info!(
@@ -624,6 +637,20 @@ pub fn restore_saved_table(iface: &str) -> Result<Option<u32>, LifecycleError> {
         "put back the NIC's original table"
     );
     Ok(Some(saved.pid))
+}
+
+/// Deletes the ntuple rules `saved` lists (a daemon that did not delete
+/// them: killed, or `--keep`); a rule already gone is no error.
+pub fn delete_left_rules<N: crate::ethtool::RssDevice + ?Sized>(nic: &mut N, saved: &SavedTable) {
+    for &location in &saved.rules {
+        match nic.delete_rule(location) {
+            Ok(()) => {
+                tracing::info!(iface = %nic.name(), location, pid = saved.pid, "deleted an ntuple rule left by an rsspp run")
+            }
+            Err(crate::ethtool::EthtoolError::Ioctl { errno, .. }) if errno.0 == libc::ENOENT => {}
+            Err(e) => tracing::warn!("deleting the ntuple rule at {location}: {e}"),
+        }
+    }
 }
 
 /// Seconds since the epoch, now.
@@ -1058,6 +1085,7 @@ mod tests {
             pid,
             context: 0,
             table: vec![3, 2, 1, 0],
+            rules: vec![1022, 1023],
         };
         saved.write(&iface).unwrap();
         assert_eq!(SavedTable::read(&iface), Some(saved.clone()));
@@ -1079,6 +1107,7 @@ mod tests {
             pid,
             context: 2,
             table: vec![1, 1, 0, 0],
+            rules: Vec::new(),
         };
         context.write(&iface).unwrap();
         assert_eq!(SavedTable::read(&iface), Some(context));
@@ -1091,6 +1120,7 @@ mod tests {
             pid: std::process::id(),
             context: 0,
             table: vec![3, 2, 1, 0],
+            rules: Vec::new(),
         }
         .write(&iface)
         .unwrap();
@@ -1098,8 +1128,13 @@ mod tests {
             SavedTable::original(&iface, 0, current.clone()),
             (current.clone(), None)
         );
+        // A file of an rsspp before ntuple rules: none to delete.
+        std::fs::write(SavedTable::path(&iface), "pid=12\ntable=1,0\n").unwrap();
+        assert_eq!(SavedTable::read(&iface).map(|s| s.rules), Some(Vec::new()));
         // A file that does not parse is no table.
         std::fs::write(SavedTable::path(&iface), "pid=12\ntable=1,x\n").unwrap();
+        assert_eq!(SavedTable::read(&iface), None);
+        std::fs::write(SavedTable::path(&iface), "pid=12\ntable=1,0\nrules=4,y\n").unwrap();
         assert_eq!(SavedTable::read(&iface), None);
         SavedTable::remove(&iface);
         assert!(!SavedTable::path(&iface).exists());

@@ -157,8 +157,8 @@ pub struct ServiceConfig {
     /// Export the per-bucket series (two per bucket); `None`: up to
     /// [`BUCKET_METRICS_AUTO_MAX`] buckets.
     pub bucket_metrics: Option<bool>,
-    /// Per-flow overrides (elephants inside buckets; software mode, while
-    /// balancing); `None`: buckets only.
+    /// Per-flow overrides (elephants inside buckets, while balancing; in
+    /// hardware mode the NIC's ntuple rules); `None`: buckets only.
     pub elephants: Option<OverrideConfig>,
 }
 
@@ -195,11 +195,10 @@ impl ServiceConfig {
         }
     }
 
-    /// The override controller's settings, where it runs: software mode,
-    /// balancing.
+    /// The override controller's settings, where it runs: while
+    /// balancing (in hardware mode, on a NIC with ntuple rules).
     fn elephants(&self) -> Option<OverrideConfig> {
-        let software = matches!(self.steering, Steering::Software { .. });
-        self.elephants.filter(|_| software && self.balance)
+        self.elephants.filter(|_| self.balance)
     }
 
     /// The daemon's settings over `targets` and a table of `reta_size`
@@ -708,11 +707,28 @@ fn start_hardware(
     started: Instant,
 ) -> Result<Daemon<HardwarePath<Ethtool>, Clock>, ServiceError> {
     let iface = &config.iface;
-    if config.elephants.is_some() && config.balance {
-        info!(iface = %iface, "per-flow overrides (--elephants) are software mode's: in hardware mode they would be the NIC's ntuple rules (ETHTOOL_SRXCLSRLINS), which rsspp does not write yet; balancing buckets only");
-    }
     let mut nic = Ethtool::open(iface)?.context(context)?;
     info!(iface = %iface, context, "the NIC's table is read and written through {}", nic.interface());
+    // A run that was killed left its ntuple rules: deleted first, so that
+    // their locations are free again.
+    if let Some(left) = SavedTable::read(iface).filter(|s| !lifecycle::alive(s.pid)) {
+        lifecycle::delete_left_rules(&mut nic, &left);
+    }
+    // Per-flow overrides are the NIC's ntuple rules.
+    let rules = match config.elephants() {
+        None => None,
+        Some(_) => match nic.rule_table() {
+            Ok(table) => {
+                info!(iface = %iface, size = table.size, in_use = table.used.len(), "per-flow overrides (--elephants) are the NIC's ntuple rules, written from the top of its rule table");
+                Some(table)
+            }
+            Err(e @ EthtoolError::NoRules { .. }) => {
+                info!(iface = %iface, "{e}: per-flow overrides (--elephants) off, balancing buckets only");
+                None
+            }
+            Err(e) => return Err(e.into()),
+        },
+    };
     let rss = nic.rss()?;
     let size = rss.indirection.len();
     if let Some(asked) = asked {
@@ -741,7 +757,10 @@ fn start_hardware(
         key,
         default_cpu: targets[0],
         force: config.force,
-        override_slots: 0,
+        override_slots: match (&rules, config.elephants()) {
+            (Some(_), Some(e)) => e.max_overrides,
+            _ => 0,
+        },
     };
     // Queues checked before anything is attached.
     HardwarePath::check_queues(&mut nic, &targets)?;
@@ -757,11 +776,16 @@ fn start_hardware(
         pid: std::process::id(),
         context,
         table: original.clone(),
+        rules: Vec::new(),
     };
     if let Err(e) = saved.write(iface) {
         warn!(iface = %iface, "saving the NIC's original table under {}: {e} (a run after a crash would not find it)", SavedTable::path(iface).display());
     }
     let mut path = HardwarePath::with_original(xdp, nic, targets.clone(), original)?;
+    if let Some(table) = &rules {
+        path = path.with_rules(options.key.clone(), table);
+        path.save_rules(iface, saved);
+    }
     if saved_by.is_some() {
         path.restore_always();
     }

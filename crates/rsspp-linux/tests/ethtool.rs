@@ -8,7 +8,7 @@
 mod common;
 
 use common::netns::Netns;
-use rsspp_linux::ethtool::{Ethtool, EthtoolError, RssDevice};
+use rsspp_linux::ethtool::{Ethtool, EthtoolError, FlowRule, RssDevice, RuleMatch};
 
 #[test]
 fn unknown_interface_is_named() {
@@ -53,6 +53,49 @@ fn loopback_has_no_table_and_no_queue_count() {
     assert!(e
         .to_string()
         .starts_with("lo: the driver does not report its number of RX queues"));
+}
+
+#[test]
+fn loopback_and_veth_have_no_ntuple_rules_and_say_so() {
+    let mut lo = Ethtool::open("lo").expect("open lo");
+    let e = lo.rule_table().unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "lo: the driver has no ntuple rules (ETHTOOL_GRXCLSRLCNT: EOPNOTSUPP (Operation not supported))"
+    );
+    let ns = Netns::with_veth_queues("nt", 2);
+    let (table, insert, delete) = ns.run(|| {
+        let mut veth = Ethtool::open("veth0").expect("open the veth in its namespace");
+        let matches = RuleMatch::for_flow(
+            "10.0.0.1".parse().unwrap(),
+            "10.0.0.2".parse().unwrap(),
+            Some((1000, 53)),
+        )[1];
+        let rule = FlowRule {
+            matches,
+            queue: 1,
+            location: 0,
+        };
+        (
+            veth.rule_table(),
+            veth.insert_rule(&rule),
+            veth.delete_rule(0),
+        )
+    });
+    assert!(
+        matches!(table, Err(EthtoolError::NoRules { .. })),
+        "{table:?}"
+    );
+    // The kernel's refusal of the rule itself, naming it as ethtool takes it.
+    assert_eq!(
+        insert.unwrap_err().to_string(),
+        "veth0: the driver refused the ntuple rule `flow-type udp4 src-ip 10.0.0.1 dst-ip 10.0.0.2 \
+         src-port 1000 dst-port 53 action 1 loc 0` (EOPNOTSUPP (Operation not supported))"
+    );
+    assert_eq!(
+        delete.unwrap_err().to_string(),
+        "veth0: ETHTOOL_SRXCLSRLDEL failed: EOPNOTSUPP (Operation not supported)"
+    );
 }
 
 #[test]

@@ -218,6 +218,7 @@ impl Nic {
                 pid: std::process::id(),
                 context: 0,
                 table: self.original.clone(),
+                rules: Vec::new(),
             };
             if let Err(e) = saved.write(&self.iface) {
                 warn!(

@@ -394,8 +394,8 @@ pub fn run<N: NetworkFunction>(
             }
             if config.elephants.is_some() {
                 return Err(RuntimeError::Config(
-                    "per-flow overrides in hardware mode would be the NIC's ntuple rules, \
-                     which rsspp does not write"
+                    "hardware mode moves buckets only: a move keeps order by fencing \
+                     the NIC's queues, which an ntuple rule does not"
                         .into(),
                 ));
             }

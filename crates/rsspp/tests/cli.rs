@@ -638,7 +638,7 @@ fn nf_refuses_bad_metrics_scaling_and_mode_options_in_one_line() {
         ),
         (
             &["--mode", "hardware", "--backend", "afxdp", "--elephants", "on"][..],
-            "rsspp: error: --elephants on: in hardware mode an override would be the NIC's ntuple rule, which rsspp does not write\n",
+            "rsspp: error: --elephants on: `rsspp nf --mode hardware` moves buckets only (a move keeps order by fencing the NIC's queues, which an ntuple rule does not); `rsspp run --mode hardware` gives elephants ntuple rules\n",
         ),
         (
             &["--mode", "hardware", "--backend", "afxdp", "--rss-key", "symmetric"][..],

@@ -343,14 +343,15 @@ static __always_inline void count_flow(const struct flow_key *k)
 		bpf_map_update_elem(&rsspp_flow_packets, k, &one, BPF_NOEXIST);
 }
 
-/* The CPU of a flow of a flagged bucket if it has an override (counted in
- * its slot's row of this CPU), else -1; counts it if its bucket is hot. */
-static __always_inline long flow_cpu(struct xdp_md *ctx,
-				     const struct flow_input *f, __u32 flags)
+/* The override of a flow of a flagged bucket, if it has one (its packet
+ * counted in its slot's row of this CPU); else NULL, and the flow counted
+ * if its bucket is hot. */
+static __always_inline struct flow_override *
+flow_override(const struct flow_input *f, __u32 flags)
 {
 	struct flow_override *o;
 	struct flow_key k;
-	__u32 e, slot;
+	__u32 slot;
 
 	flow_key_of(f, &k);
 	if (flags & BUCKET_OVERRIDES) {
@@ -363,16 +364,27 @@ static __always_inline long flow_cpu(struct xdp_md *ctx,
 						      override_slots +
 					      slot);
 			count(&rsspp_counters, COUNTER_OVERRIDDEN);
-			e = READ_ONCE(o->entry);
-			if (e >> RETA_NEXT_SHIFT)
-				return handoff(ctx, &o->entry, e,
-					       bucket_mask + 1 + slot);
-			return e;
+			return o;
 		}
 	}
 	if (flags & BUCKET_HOT)
 		count_flow(&k);
-	return -1;
+	return NULL;
+}
+
+/* The CPU of a flow of a flagged bucket if it has an override, else -1. */
+static __always_inline long flow_cpu(struct xdp_md *ctx,
+				     const struct flow_input *f, __u32 flags)
+{
+	struct flow_override *o = flow_override(f, flags);
+	__u32 e;
+
+	if (!o)
+		return -1;
+	e = READ_ONCE(o->entry);
+	if (e >> RETA_NEXT_SHIFT)
+		return handoff(ctx, &o->entry, e, bucket_mask + 1 + o->slot);
+	return e;
 }
 
 SEC("xdp")
@@ -470,15 +482,21 @@ static __always_inline int count_packet(struct xdp_md *ctx,
 					int have_nic_hash, __u32 nic_hash)
 {
 	struct flow_input f;
-	__u32 hash;
+	__u32 bucket, *flags;
 	int res;
 
 	/* Parsed even with the NIC's hash, so that non-IP and malformed frames
 	 * are classified alike in every mode. */
 	res = parse_flow(ctx, &f);
 	if (res == PARSE_IP) {
-		hash = have_nic_hash ? nic_hash : toeplitz_flow(t, &f);
-		count_bucket(hash & bucket_mask);
+		bucket = (have_nic_hash ? nic_hash : toeplitz_flow(t, &f)) &
+			 bucket_mask;
+		count_bucket(bucket);
+		/* Flows of hot buckets counted, overridden ones (the NIC's
+		 * ntuple rules steer them) counted in their slots. */
+		flags = bpf_map_lookup_elem(&rsspp_bucket_flags, &bucket);
+		if (flags && *flags)
+			flow_override(&f, *flags);
 	} else {
 		count_unhashed(res);
 	}

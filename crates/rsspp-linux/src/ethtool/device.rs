@@ -6,7 +6,9 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use super::netlink::{EthtoolNetlink, RSS_GET, RSS_SET};
 use super::wire;
-use super::{check_table, Errno, EthtoolError, HashFunction, RssConfig, RssDevice};
+use super::{
+    check_table, Errno, EthtoolError, FlowRule, HashFunction, RssConfig, RssDevice, RuleTable,
+};
 use crate::genl::Refused;
 
 /// Largest indirection table accepted from a driver (hardware tables have
@@ -76,6 +78,10 @@ fn op_name(cmd: u32) -> &'static str {
         wire::GCHANNELS => "ETHTOOL_GCHANNELS",
         wire::GRSSH => "ETHTOOL_GRSSH",
         wire::SRSSH => "ETHTOOL_SRSSH",
+        wire::GRXCLSRLCNT => "ETHTOOL_GRXCLSRLCNT",
+        wire::GRXCLSRLALL => "ETHTOOL_GRXCLSRLALL",
+        wire::SRXCLSRLDEL => "ETHTOOL_SRXCLSRLDEL",
+        wire::SRXCLSRLINS => "ETHTOOL_SRXCLSRLINS",
         _ => "SIOCETHTOOL",
     }
 }
@@ -547,7 +553,65 @@ impl RssDevice for Ethtool {
             detail: format!("{rings_answer}; {channels_answer}"),
         })
     }
+
+    fn rule_table(&mut self) -> Result<RuleTable, EthtoolError> {
+        let no_rules = |r: Refusal| EthtoolError::NoRules {
+            iface: self.iface.clone(),
+            op: r.op,
+            errno: r.errno,
+        };
+        let mut count = wire::rxnfc_rule_count_get();
+        match self.ioctl(wire::GRXCLSRLCNT, &mut count) {
+            Ok(()) => {}
+            // No get_rxnfc, or none for rules (virtio-net, veth), or the
+            // ntuple-filters feature off (EINVAL in some drivers).
+            Err(r) if r.is(libc::EOPNOTSUPP) || r.is(libc::EINVAL) => return Err(no_rules(r)),
+            Err(r) => return Err(self.error(r)),
+        }
+        // The top bit says the driver can also pick a location itself.
+        let size = (wire::rxnfc_data(&count) & 0x7fff_ffff) as u32;
+        let in_use = wire::rxnfc_rule_count(&count);
+        self.check_size("ntuple rule table", size, MAX_RULES)?;
+        self.check_size("ntuple rules in use", in_use, size)?;
+        if size == 0 {
+            return Err(no_rules(Refusal {
+                op: op_name(wire::GRXCLSRLCNT),
+                errno: Errno(libc::EOPNOTSUPP),
+            }));
+        }
+        let mut used = Vec::new();
+        if in_use > 0 {
+            let mut all = wire::rxnfc_rule_all_get(in_use);
+            self.ioctl(wire::GRXCLSRLALL, &mut all)
+                .map_err(|r| self.error(r))?;
+            used = wire::rxnfc_rule_locations(&all, in_use);
+            used.sort_unstable();
+        }
+        Ok(RuleTable { size, used })
+    }
+
+    fn insert_rule(&mut self, rule: &FlowRule) -> Result<(), EthtoolError> {
+        let mut buf = wire::rxnfc_rule_insert(rule);
+        self.ioctl(wire::SRXCLSRLINS, &mut buf)
+            .map_err(|r| match r.errno.0 {
+                libc::EPERM | libc::EACCES | libc::ENODEV => self.error(r),
+                _ => EthtoolError::RuleRefused {
+                    iface: self.iface.clone(),
+                    rule: rule.to_string(),
+                    errno: r.errno,
+                },
+            })
+    }
+
+    fn delete_rule(&mut self, location: u32) -> Result<(), EthtoolError> {
+        let mut buf = wire::rxnfc_rule_delete(location);
+        self.ioctl(wire::SRXCLSRLDEL, &mut buf)
+            .map_err(|r| self.error(r))
+    }
 }
+
+/// The largest ntuple rule table believed: NICs have some thousands.
+const MAX_RULES: u32 = 1 << 20;
 
 #[cfg(test)]
 mod tests {

@@ -1,15 +1,17 @@
 //! [`FakeNic`]: an [`RssDevice`] in memory, for the daemon's unit tests.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 use rsspp_core::RssKey;
 
-use super::{check_table, Errno, EthtoolError, HashFunction, RssConfig, RssDevice};
+use super::{
+    check_table, Errno, EthtoolError, FlowRule, HashFunction, RssConfig, RssDevice, RuleTable,
+};
 
 /// A NIC with an indirection table in memory. It refuses what the kernel
 /// refuses (a table of the wrong size, entries naming missing queues), can
 /// be read-only like most virtual NICs, fails on demand, and records every
-/// table written.
+/// table written. With [`FakeNic::with_rules`] it has an ntuple rule table.
 #[derive(Debug, Clone)]
 pub struct FakeNic {
     name: String,
@@ -21,6 +23,9 @@ pub struct FakeNic {
     failures: VecDeque<EthtoolError>,
     writes: Vec<Vec<u32>>,
     user_set: bool,
+    /// The ntuple rule table's size and its rules by location; `None`: no
+    /// ntuple rules.
+    rules: Option<(u32, BTreeMap<u32, FlowRule>)>,
 }
 
 impl FakeNic {
@@ -38,7 +43,21 @@ impl FakeNic {
             failures: VecDeque::new(),
             writes: Vec::new(),
             user_set: false,
+            rules: None,
         }
+    }
+
+    /// Gives the NIC an ntuple rule table of `size` locations.
+    pub fn with_rules(mut self, size: u32) -> Self {
+        self.rules = Some((size, BTreeMap::new()));
+        self
+    }
+
+    /// The ntuple rules, by location (none without a rule table).
+    pub fn rules(&self) -> Vec<FlowRule> {
+        self.rules
+            .as_ref()
+            .map_or(Vec::new(), |(_, r)| r.values().copied().collect())
     }
 
     /// Whether the table was written (the kernel's IFF_RXFH_CONFIGURED):
@@ -131,6 +150,53 @@ impl RssDevice for FakeNic {
     fn rx_queues(&mut self) -> Result<u32, EthtoolError> {
         self.injected()?;
         Ok(self.queues)
+    }
+
+    fn rule_table(&mut self) -> Result<RuleTable, EthtoolError> {
+        self.injected()?;
+        match &self.rules {
+            None => Err(super::no_rules(&self.name)),
+            Some((size, rules)) => Ok(RuleTable {
+                size: *size,
+                used: rules.keys().copied().collect(),
+            }),
+        }
+    }
+
+    fn insert_rule(&mut self, rule: &FlowRule) -> Result<(), EthtoolError> {
+        self.injected()?;
+        let queues = self.queues;
+        let name = self.name.clone();
+        let Some((size, rules)) = &mut self.rules else {
+            return Err(super::no_rules(&name));
+        };
+        // What the kernel and drivers refuse: a location past the table, a
+        // queue the NIC does not have.
+        if rule.location >= *size || rule.queue >= queues {
+            return Err(EthtoolError::RuleRefused {
+                iface: name,
+                rule: rule.to_string(),
+                errno: Errno(libc::EINVAL),
+            });
+        }
+        rules.insert(rule.location, *rule);
+        Ok(())
+    }
+
+    fn delete_rule(&mut self, location: u32) -> Result<(), EthtoolError> {
+        self.injected()?;
+        let name = self.name.clone();
+        let Some((_, rules)) = &mut self.rules else {
+            return Err(super::no_rules(&name));
+        };
+        match rules.remove(&location) {
+            Some(_) => Ok(()),
+            None => Err(EthtoolError::Ioctl {
+                iface: name,
+                op: "ETHTOOL_SRXCLSRLDEL",
+                errno: Errno(libc::ENOENT),
+            }),
+        }
     }
 }
 

@@ -6,7 +6,7 @@
 //! and the per-flow counts of the hot buckets, read and cleared each round.
 
 use std::fmt;
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 
 use libbpf_rs::{MapCore, MapFlags};
 use rsspp_core::flow::MAX_HASH_INPUT;
@@ -70,8 +70,10 @@ impl FlowInput {
     }
 }
 
-impl fmt::Display for FlowInput {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl FlowInput {
+    /// Source and destination addresses, and the source and destination
+    /// ports when the flow has them.
+    pub fn endpoints(&self) -> (IpAddr, IpAddr, Option<(u16, u16)>) {
         let b = &self.0;
         let ports = |at: usize| {
             (
@@ -80,22 +82,24 @@ impl fmt::Display for FlowInput {
             )
         };
         let kind = self.kind();
-        if kind & KIND_IPV6 != 0 {
-            let addr = |at: usize| Ipv6Addr::from(<[u8; 16]>::try_from(&b[at..at + 16]).unwrap());
-            if kind & KIND_PORTS != 0 {
-                let (s, d) = ports(32);
-                write!(f, "[{}]:{s} -> [{}]:{d}", addr(0), addr(16))
-            } else {
-                write!(f, "{} -> {}", addr(0), addr(16))
-            }
+        let (src, dst, at) = if kind & KIND_IPV6 != 0 {
+            let addr =
+                |at: usize| IpAddr::from(<[u8; 16]>::try_from(&b[at..at + 16]).expect("16 bytes"));
+            (addr(0), addr(16), 32)
         } else {
-            let addr = |at: usize| Ipv4Addr::new(b[at], b[at + 1], b[at + 2], b[at + 3]);
-            if kind & KIND_PORTS != 0 {
-                let (s, d) = ports(8);
-                write!(f, "{}:{s} -> {}:{d}", addr(0), addr(4))
-            } else {
-                write!(f, "{} -> {}", addr(0), addr(4))
-            }
+            let addr = |at: usize| IpAddr::from([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+            (addr(0), addr(4), 8)
+        };
+        (src, dst, (kind & KIND_PORTS != 0).then(|| ports(at)))
+    }
+}
+
+impl fmt::Display for FlowInput {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.endpoints() {
+            (IpAddr::V6(s), IpAddr::V6(d), Some((sp, dp))) => write!(f, "[{s}]:{sp} -> [{d}]:{dp}"),
+            (s, d, Some((sp, dp))) => write!(f, "{s}:{sp} -> {d}:{dp}"),
+            (s, d, None) => write!(f, "{s} -> {d}"),
         }
     }
 }
@@ -130,11 +134,7 @@ impl Xdp {
 
     /// Sets the flags of buckets: `(bucket, BUCKET_HOT | BUCKET_OVERRIDES)`.
     pub fn set_bucket_flags(&self, flags: &[(usize, u32)]) -> Result<(), XdpError> {
-        let map = self
-            .maps
-            .bucket_flags
-            .as_ref()
-            .ok_or_else(|| self.error(XdpErrorKind::NoTable))?;
+        let map = &self.maps.bucket_flags;
         if flags.is_empty() {
             return Ok(());
         }
@@ -171,11 +171,6 @@ impl Xdp {
         entry: Entry,
         fresh: bool,
     ) -> Result<(), XdpError> {
-        let map = self
-            .maps
-            .overrides
-            .as_ref()
-            .ok_or_else(|| self.error(XdpErrorKind::NoTable))?;
         self.check_slot(slot)?;
         self.check_cpus(entry)?;
         if entry.next.is_some() && !self.ordered_moves {
@@ -195,20 +190,29 @@ impl Xdp {
                 "resetting an override's handoff",
             )?;
         }
+        self.put_override(flow, slot, entry.encode())
+    }
+
+    /// Counts `flow`'s packets in slot `slot` (a counting program's
+    /// override: something else, the NIC's ntuple rule, steers the flow).
+    pub fn count_override(&self, flow: &FlowInput, slot: usize) -> Result<(), XdpError> {
+        self.check_slot(slot)?;
+        self.put_override(flow, slot, 0)
+    }
+
+    fn put_override(&self, flow: &FlowInput, slot: usize, entry: u32) -> Result<(), XdpError> {
         let mut value = [0u8; std::mem::size_of::<types::flow_override>()];
-        value[..4].copy_from_slice(&entry.encode().to_ne_bytes());
+        value[..4].copy_from_slice(&entry.to_ne_bytes());
         value[4..8].copy_from_slice(&(slot as u32).to_ne_bytes());
-        map.update(&flow.0, &value, MapFlags::ANY)
+        self.maps
+            .overrides
+            .update(&flow.0, &value, MapFlags::ANY)
             .map_err(|source| self.bpf_error("writing an override", source))
     }
 
     /// `flow`'s override as the program sees it now: its entry and slot.
     pub fn override_of(&self, flow: &FlowInput) -> Result<Option<(Entry, usize)>, XdpError> {
-        let map = self
-            .maps
-            .overrides
-            .as_ref()
-            .ok_or_else(|| self.error(XdpErrorKind::NoTable))?;
+        let map = &self.maps.overrides;
         let value = map
             .lookup(&flow.0, MapFlags::ANY)
             .map_err(|source| self.bpf_error("reading an override", source))?;
@@ -220,11 +224,7 @@ impl Xdp {
 
     /// Deletes `flow`'s override (its frames follow the table again).
     pub fn delete_override(&self, flow: &FlowInput) -> Result<(), XdpError> {
-        let map = self
-            .maps
-            .overrides
-            .as_ref()
-            .ok_or_else(|| self.error(XdpErrorKind::NoTable))?;
+        let map = &self.maps.overrides;
         match map.delete(&flow.0) {
             Ok(()) => Ok(()),
             // Gone already (evicted): nothing steers by it.
@@ -245,9 +245,7 @@ impl Xdp {
             }));
         }
         out.fill(0);
-        let Some((_, rows)) = &self.maps.override_packets else {
-            return Ok(());
-        };
+        let (_, rows) = &self.maps.override_packets;
         for cpu in 0..self.possible_cpus {
             let base = cpu * self.override_slots;
             for (s, o) in out.iter_mut().enumerate() {
@@ -261,11 +259,7 @@ impl Xdp {
     /// with their packets, and clears them (one
     /// `BPF_MAP_LOOKUP_AND_DELETE_BATCH`).
     pub fn take_flow_packets(&self, out: &mut Vec<(FlowInput, u64)>) -> Result<(), XdpError> {
-        let map = self
-            .maps
-            .flow_packets
-            .as_ref()
-            .ok_or_else(|| self.error(XdpErrorKind::NoTable))?;
+        let map = &self.maps.flow_packets;
         let batch = map
             .lookup_and_delete_batch(map.max_entries(), MapFlags::ANY, MapFlags::ANY)
             .map_err(|source| self.bpf_error("reading the flows' packets", source))?;

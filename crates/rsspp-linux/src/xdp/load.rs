@@ -87,11 +87,9 @@ impl Xdp {
             handoff_guard_ns: HANDOFF_GUARD.as_nanos() as u32,
             override_slots: opts.override_slots.max(1) as u32,
         };
-        let override_slots = if kind == Kind::Steer {
-            opts.override_slots
-        } else {
-            0
-        };
+        // Counting programs count overridden flows too (hardware mode's
+        // ntuple rules steer them).
+        let override_slots = opts.override_slots;
         let (prog, dequeue, maps) = load_object(
             &iface,
             ifindex,
@@ -288,10 +286,6 @@ fn load_object(
             &mut open.maps.rsspp_handoff,
             &mut open.maps.rsspp_cpumap_drops,
             &mut open.maps.rsspp_cpumap_id,
-            &mut open.maps.rsspp_bucket_flags,
-            &mut open.maps.rsspp_overrides,
-            &mut open.maps.rsspp_override_packets,
-            &mut open.maps.rsspp_flow_packets,
         ] {
             map.set_autocreate(false).map_err(&sizing)?;
         }
@@ -358,25 +352,23 @@ fn load_object(
         handoff: steering_map(&skel.maps.rsspp_handoff)?,
         cpumap_drops: steering_map(&skel.maps.rsspp_cpumap_drops)?,
         cpumap_id: steering_map(&skel.maps.rsspp_cpumap_id)?,
-        bucket_flags: steering_map(&skel.maps.rsspp_bucket_flags)?,
-        overrides: steering_map(&skel.maps.rsspp_overrides)?,
-        override_packets: match steering_map(&skel.maps.rsspp_override_packets)? {
-            Some(map) => {
-                let len = slots * possible_cpus;
-                let rows = super::maps::Mapped::new(&map, len).map_err(|source| {
-                    XdpError::new(
-                        iface,
-                        XdpErrorKind::Os {
-                            what: "mapping the override counters",
-                            source,
-                        },
-                    )
-                })?;
-                Some((map, rows))
-            }
-            None => None,
+        bucket_flags: MapHandle::try_from(&skel.maps.rsspp_bucket_flags).map_err(&handle)?,
+        overrides: MapHandle::try_from(&skel.maps.rsspp_overrides).map_err(&handle)?,
+        override_packets: {
+            let map = MapHandle::try_from(&skel.maps.rsspp_override_packets).map_err(&handle)?;
+            let len = slots * possible_cpus;
+            let rows = super::maps::Mapped::new(&map, len).map_err(|source| {
+                XdpError::new(
+                    iface,
+                    XdpErrorKind::Os {
+                        what: "mapping the override counters",
+                        source,
+                    },
+                )
+            })?;
+            (map, rows)
         },
-        flow_packets: steering_map(&skel.maps.rsspp_flow_packets)?,
+        flow_packets: MapHandle::try_from(&skel.maps.rsspp_flow_packets).map_err(&handle)?,
         drops_prog,
         buckets: {
             let map = MapHandle::try_from(&skel.maps.rsspp_buckets).map_err(&handle)?;

@@ -63,15 +63,15 @@ struct Maps {
     cpumap_drops: Option<MapHandle>,
     /// Steering only: our CPUMAP's id, for the drop counter.
     cpumap_id: Option<MapHandle>,
-    /// Steering only: per bucket, hot and has overrides.
-    bucket_flags: Option<MapHandle>,
-    /// Steering only: the per-flow overrides.
-    overrides: Option<MapHandle>,
-    /// Steering only: packets of each override slot, one row per CPU, and
-    /// their memory mapping.
-    override_packets: Option<(MapHandle, maps::Mapped)>,
-    /// Steering only: packets per flow of the hot buckets.
-    flow_packets: Option<MapHandle>,
+    /// Per bucket, hot and has overrides.
+    bucket_flags: MapHandle,
+    /// The per-flow overrides (counting programs: only their slots).
+    overrides: MapHandle,
+    /// Packets of each override slot, one row per CPU, and their memory
+    /// mapping.
+    override_packets: (MapHandle, maps::Mapped),
+    /// Packets per flow of the hot buckets.
+    flow_packets: MapHandle,
     /// Steering only: the drop counter, attached after load.
     drops_prog: Option<OwnedFd>,
     /// The per-bucket counters, one row per CPU, and their memory mapping.

@@ -390,8 +390,9 @@ fn elephants(args: &NfArgs) -> Result<Option<OverrideConfig>, CliError> {
     let on = match args.elephants {
         Some(OnOff::On) if hardware => {
             return Err(CliError::Invalid(
-                "--elephants on: in hardware mode an override would be the NIC's ntuple rule, \
-                 which rsspp does not write"
+                "--elephants on: `rsspp nf --mode hardware` moves buckets only (a move keeps \
+                 order by fencing the NIC's queues, which an ntuple rule does not); \
+                 `rsspp run --mode hardware` gives elephants ntuple rules"
                     .into(),
             ))
         }

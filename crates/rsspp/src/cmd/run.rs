@@ -190,13 +190,14 @@ pub struct RunArgs {
     /// Software mode: frames queued per CPU before the CPUMAP drops.
     #[arg(long, default_value_t = DEFAULT_CPUMAP_QUEUE, value_name = "N")]
     cpumap_queue: u32,
-    /// Software mode: per-flow overrides of the table (elephants inside
-    /// buckets): flows are counted one by one in the heaviest buckets, and
-    /// elephants sharing a bucket are steered to CPUs of their own, in
-    /// order, with oRSS's balancer rules.
+    /// Per-flow overrides of the table (elephants inside buckets): flows
+    /// are counted one by one in the heaviest buckets, and elephants
+    /// sharing a bucket are steered to CPUs of their own with oRSS's
+    /// balancer rules; in order in software mode, by the NIC's ntuple
+    /// rules in hardware mode (where it has them).
     #[arg(long, value_enum, default_value = "on", value_name = "on|off")]
     elephants: OnOff,
-    /// Software mode: most flows steered on their own at once.
+    /// Most flows steered on their own at once.
     #[arg(long, default_value_t = OverrideConfig::default().max_overrides, value_name = "N")]
     max_overrides: usize,
 }

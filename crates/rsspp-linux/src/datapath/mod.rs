@@ -11,16 +11,20 @@
 //!   counted on the CPU serving it (its interrupt's, see
 //!   [`crate::queues`]; CPU = queue number when that is not known).
 
-use std::collections::HashMap;
+mod slots;
+
 use std::time::Duration;
 
 use rsspp_core::handoff::{Begin, Completion, Handoffs};
 use rsspp_core::orss::{FlowCount, OverrideCount};
-use rsspp_core::{bucket_of, RssKey, Toeplitz};
+use rsspp_core::RssKey;
+
+use slots::FlowSlots;
 
 use crate::daemon::{DataPath, FlowTarget, Settlement};
-use crate::ethtool::{EthtoolError, RssDevice};
-use crate::xdp::{Entry, FlowInput, Xdp, XdpError, BUCKET_HOT, BUCKET_OVERRIDES};
+use crate::ethtool::{EthtoolError, FlowRule, RssDevice, RuleMatch, RuleTable};
+use crate::lifecycle::SavedTable;
+use crate::xdp::{Entry, FlowInput, Xdp, XdpError};
 
 /// Software RSS: the XDP program steers.
 pub struct SoftwarePath {
@@ -38,26 +42,14 @@ pub struct SoftwarePath {
     flows: Option<Box<FlowSide>>,
 }
 
-/// The software path's side of per-flow overrides: which flow holds which
-/// slot of the program's override table, their handoffs (as buckets'), the
-/// buckets' flags as written.
+/// The software path's side of per-flow overrides: the slots, and their
+/// handoffs (as buckets').
 struct FlowSide {
-    toeplitz: Toeplitz,
-    /// Per slot: its flow and bucket.
-    slots: Vec<Option<(FlowInput, usize)>>,
-    slot_of: HashMap<FlowInput, usize>,
-    free: Vec<usize>,
-    /// Per slot: its packets since load as last read.
-    last: Vec<u64>,
-    packets: Vec<u64>,
+    slots: FlowSlots,
     /// Per slot: the CPU its frames go to once settled.
     at: Vec<u32>,
     /// Order-preserving moves of overrides under way, by slot.
     handoffs: Option<Handoffs>,
-    /// Per bucket: its flags as written, and its overrides.
-    flags: Vec<u32>,
-    overrides_in: Vec<u32>,
-    taken: Vec<(FlowInput, u64)>,
 }
 
 impl SoftwarePath {
@@ -96,19 +88,10 @@ impl SoftwarePath {
             .handoffs
             .as_ref()
             .map(|h| Handoffs::new(slots, h.timeout()));
-        let buckets = self.xdp.reta_size();
         self.flows = Some(Box::new(FlowSide {
-            toeplitz: Toeplitz::new(key),
-            slots: vec![None; slots],
-            slot_of: HashMap::new(),
-            free: (0..slots).rev().collect(),
-            last: vec![0; slots],
-            packets: vec![0; slots],
+            slots: FlowSlots::new(key, slots, self.xdp.reta_size()),
             at: vec![0; slots],
             handoffs,
-            flags: vec![0; buckets],
-            overrides_in: vec![0; buckets],
-            taken: Vec::new(),
         }));
         self
     }
@@ -122,7 +105,7 @@ impl SoftwarePath {
             return Ok(());
         };
         for slot in handoffs.held() {
-            let Some((flow, _)) = side.slots[slot] else {
+            let Some(flow) = side.slots.flow(slot) else {
                 handoffs.complete(slot, Completion::Idle);
                 continue;
             };
@@ -304,31 +287,10 @@ impl DataPath for SoftwarePath {
         }
         self.settle_overrides()?;
         let side = self.flows.as_mut().expect("checked above");
-        side.taken.clear();
-        self.xdp.take_flow_packets(&mut side.taken)?;
-        let buckets = self.xdp.reta_size();
-        for &(key, packets) in &side.taken {
-            if side.slot_of.contains_key(&key) {
-                continue;
-            }
-            let bucket = bucket_of(side.toeplitz.hash(key.hash_input()), buckets);
-            counted.push(FlowCount {
-                key,
-                bucket,
-                packets,
-            });
-        }
-        self.xdp.override_packets(&mut side.packets)?;
-        for (slot, flow) in side.slots.iter().enumerate() {
-            let Some((key, _)) = *flow else { continue };
-            let now = side.packets[slot];
-            overridden.push(OverrideCount {
-                key,
-                packets: now.checked_sub(side.last[slot]).unwrap_or(now),
-                settled: side.handoffs.as_ref().is_none_or(|h| h.get(slot).is_none()),
-            });
-            side.last[slot] = now;
-        }
+        let handoffs = side.handoffs.as_ref();
+        side.slots.count(&self.xdp, counted, overridden, |slot| {
+            handoffs.is_none_or(|h| h.get(slot).is_none())
+        })?;
         Ok(true)
     }
 
@@ -342,34 +304,25 @@ impl DataPath for SoftwarePath {
             return Ok(());
         };
         for flow in free {
-            let Some(slot) = side.slot_of.remove(flow) else {
+            let Some(slot) = side.slots.release(flow) else {
                 continue;
             };
             self.xdp.delete_override(flow)?;
-            if let Some((_, bucket)) = side.slots[slot].take() {
-                side.overrides_in[bucket] -= 1;
-            }
             if let Some(h) = &mut side.handoffs {
                 h.complete(slot, Completion::Idle);
             }
-            side.free.push(slot);
         }
         if moves.iter().any(|m| m.new) {
-            // Fresh slots count from what their rows hold now.
-            self.xdp.override_packets(&mut side.packets)?;
+            side.slots.refresh(&self.xdp)?;
         }
         for m in moves {
-            let slot = match side.slot_of.get(&m.flow) {
-                Some(&slot) => slot,
+            let slot = match side.slots.slot(&m.flow) {
+                Some(slot) => slot,
                 None => {
-                    let Some(slot) = side.free.pop() else {
+                    let Some(slot) = side.slots.give(m.flow, m.bucket) else {
                         tracing::warn!(flow = %m.flow, "no override slot left");
                         continue;
                     };
-                    side.slot_of.insert(m.flow, slot);
-                    side.slots[slot] = Some((m.flow, m.bucket));
-                    side.overrides_in[m.bucket] += 1;
-                    side.last[slot] = side.packets[slot];
                     side.at[slot] = m.from;
                     slot
                 }
@@ -411,25 +364,7 @@ impl DataPath for SoftwarePath {
             }
             self.xdp.write_override(&m.flow, slot, entry, fresh)?;
         }
-        // The flags last: a flow is looked up only once its override is
-        // there.
-        let mut changed = Vec::new();
-        for (b, flags) in side.flags.iter_mut().enumerate() {
-            let want = if hot.binary_search(&b).is_ok() {
-                BUCKET_HOT
-            } else {
-                0
-            } | if side.overrides_in[b] > 0 {
-                BUCKET_OVERRIDES
-            } else {
-                0
-            };
-            if *flags != want {
-                *flags = want;
-                changed.push((b, want));
-            }
-        }
-        self.xdp.set_bucket_flags(&changed)
+        side.slots.write_flags(&self.xdp, hot)
     }
 }
 
@@ -482,6 +417,53 @@ pub struct HardwarePath<N: RssDevice> {
     foreign: Option<Vec<u32>>,
     /// The NIC's receive queues, as last seen.
     rx_queues: u32,
+    /// Per-flow overrides as the NIC's ntuple rules, when it has them.
+    rules: Option<Box<RuleSide>>,
+}
+
+/// The hardware path's side of per-flow overrides: each overridden flow's
+/// ntuple rules (a TCP and a UDP rule for a flow with ports: its hash input
+/// names no protocol) at locations of the NIC's table taken from the top,
+/// and its slot, which counts its packets.
+struct RuleSide {
+    slots: FlowSlots,
+    /// Per slot: its flow's rules.
+    rules: Vec<Vec<FlowRule>>,
+    /// Free locations of the NIC's rule table, lowest first (taken from
+    /// the end).
+    locations: Vec<u32>,
+    /// Flows the NIC refused rules for: reported idle until the override
+    /// controller frees them.
+    refused: Vec<FlowInput>,
+    /// The NIC refused a rule as unsupported: no more are tried.
+    unsupported: bool,
+    /// Where the locations in use are saved (for `rsspp detach` after a
+    /// SIGKILL): the interface, and its saved table.
+    saved: Option<(String, SavedTable)>,
+}
+
+impl RuleSide {
+    /// The locations of every rule in place, ascending.
+    fn in_use(&self) -> Vec<u32> {
+        let mut all: Vec<u32> = self.rules.iter().flatten().map(|r| r.location).collect();
+        all.sort_unstable();
+        all
+    }
+
+    /// Saves the locations in use with the table, if asked to.
+    fn save(&mut self) {
+        let in_use = self.in_use();
+        let Some((iface, saved)) = &mut self.saved else {
+            return;
+        };
+        if saved.rules == in_use {
+            return;
+        }
+        saved.rules = in_use;
+        if let Err(e) = saved.write(iface) {
+            tracing::warn!(iface = %iface, "saving the ntuple rules' locations: {e} (`rsspp detach` after a crash would not delete them)");
+        }
+    }
 }
 
 impl<N: RssDevice> HardwarePath<N> {
@@ -517,9 +499,130 @@ impl<N: RssDevice> HardwarePath<N> {
             last_written: None,
             foreign: None,
             rx_queues,
+            rules: None,
         };
         path.read_serving_cpus();
         Ok(path)
+    }
+
+    /// Steers flows on their own too, with the NIC's ntuple rules at the
+    /// free locations of `table` (its rule table, read at start), each
+    /// flow's packets counted in a slot of the program (loaded with some,
+    /// [`Xdp::override_slots`]); `key` is the RSS key, to find a counted
+    /// flow's bucket. A rule takes effect at once: no handoff keeps a moved
+    /// flow's order, as none keeps a moved bucket's in hardware mode.
+    pub fn with_rules(mut self, key: RssKey, table: &RuleTable) -> Self {
+        let slots = self.xdp.override_slots();
+        if slots == 0 {
+            return self;
+        }
+        let mut locations = table.free();
+        locations.reverse();
+        self.rules = Some(Box::new(RuleSide {
+            slots: FlowSlots::new(key, slots, self.xdp.reta_size()),
+            rules: vec![Vec::new(); slots],
+            locations,
+            refused: Vec::new(),
+            unsupported: false,
+            saved: None,
+        }));
+        self
+    }
+
+    /// Saves the locations of the rules in place with `saved` (the NIC's
+    /// original table, under `/run/rsspp/IFACE/`) whenever they change, so
+    /// that a run after a crash, or `rsspp detach`, deletes them.
+    pub fn save_rules(&mut self, iface: &str, saved: SavedTable) {
+        if let Some(side) = &mut self.rules {
+            side.saved = Some((iface.to_string(), saved));
+        }
+    }
+
+    /// The ntuple rules in place, by slot.
+    pub fn rules(&self) -> Vec<FlowRule> {
+        self.rules
+            .as_ref()
+            .map_or(Vec::new(), |s| s.rules.iter().flatten().copied().collect())
+    }
+
+    /// Deletes every rule in place (each one tried: errors are logged).
+    fn delete_rules(&mut self) {
+        let Some(side) = &mut self.rules else { return };
+        for rules in &mut side.rules {
+            for r in rules.drain(..) {
+                if let Err(e) = self.nic.delete_rule(r.location) {
+                    tracing::warn!("deleting the ntuple rule at {}: {e}", r.location);
+                }
+                side.locations.push(r.location);
+            }
+        }
+        side.save();
+    }
+
+    /// Writes `flow`'s rules steering it to `queue`: new ones at free
+    /// locations, or its rules `at` rewritten in place. On a refusal the
+    /// rules written are deleted, and the flow follows its bucket.
+    fn write_flow_rules(
+        nic: &mut N,
+        side: &mut RuleSide,
+        flow: &FlowInput,
+        at: Vec<FlowRule>,
+        queue: u32,
+    ) -> Result<Option<Vec<FlowRule>>, EthtoolError> {
+        let at_empty = at.is_empty();
+        let rules: Vec<FlowRule> = if at_empty {
+            let (src, dst, ports) = flow.endpoints();
+            let matches = RuleMatch::for_flow(src, dst, ports);
+            if side.locations.len() < matches.len() {
+                tracing::warn!(%flow, "the NIC's ntuple rule table is full: the flow stays with its bucket");
+                return Ok(None);
+            }
+            matches
+                .into_iter()
+                .map(|matches| FlowRule {
+                    matches,
+                    queue,
+                    location: side.locations.pop().expect("checked above"),
+                })
+                .collect()
+        } else {
+            at.into_iter().map(|r| FlowRule { queue, ..r }).collect()
+        };
+        // A refused rewrite in place deletes all the flow's rules: those
+        // not rewritten yet would steer it to its old queue.
+        let undo_all = !at_empty;
+        for (i, rule) in rules.iter().enumerate() {
+            let i = if undo_all { rules.len() } else { i };
+            match nic.insert_rule(rule) {
+                Ok(()) => {}
+                Err(EthtoolError::RuleRefused { errno, .. }) if errno.0 == libc::EOPNOTSUPP => {
+                    tracing::warn!(iface = %nic.name(), "the NIC refuses ntuple rules ({rule}: {errno}): per-flow overrides off from now on, balancing buckets only");
+                    side.unsupported = true;
+                    Self::undo(nic, side, &rules, i);
+                    return Ok(None);
+                }
+                Err(e @ EthtoolError::RuleRefused { .. }) => {
+                    tracing::warn!("{e}: the flow stays with its bucket");
+                    Self::undo(nic, side, &rules, i);
+                    return Ok(None);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(Some(rules))
+    }
+
+    /// Deletes the first `written` of `rules`, and frees all their
+    /// locations.
+    fn undo(nic: &mut N, side: &mut RuleSide, rules: &[FlowRule], written: usize) {
+        for (i, r) in rules.iter().enumerate() {
+            if i < written {
+                if let Err(e) = nic.delete_rule(r.location) {
+                    tracing::warn!("deleting the ntuple rule at {}: {e}", r.location);
+                }
+            }
+            side.locations.push(r.location);
+        }
     }
 
     /// Reads which CPU serves each queue from the queues' interrupts
@@ -579,6 +682,7 @@ impl<N: RssDevice> HardwarePath<N> {
     /// user's and `ethtool -L` may change the queues again.
     pub fn restore(&mut self) -> Result<(), EthtoolError> {
         self.settled = true;
+        self.delete_rules();
         match &self.last_written {
             None if !self.restore_always => return Ok(()),
             Some(ours) if self.nic.rss()?.indirection != *ours => {
@@ -679,6 +783,83 @@ impl<N: RssDevice> DataPath for HardwarePath<N> {
 
     fn current_table(&mut self) -> Result<Option<Vec<u32>>, HardwareError> {
         Ok(Some(self.nic.rss()?.indirection))
+    }
+
+    fn flow_counts(
+        &mut self,
+        _now: Duration,
+        counted: &mut Vec<FlowCount<FlowInput>>,
+        overridden: &mut Vec<OverrideCount<FlowInput>>,
+    ) -> Result<bool, HardwareError> {
+        let Some(side) = &mut self.rules else {
+            return Ok(false);
+        };
+        // A rule takes effect at once: every override is settled.
+        side.slots.count(&self.xdp, counted, overridden, |_| true)?;
+        overridden.extend(side.refused.iter().map(|&key| OverrideCount {
+            key,
+            packets: 0,
+            settled: true,
+        }));
+        Ok(true)
+    }
+
+    fn write_overrides(
+        &mut self,
+        hot: &[usize],
+        moves: &[FlowTarget],
+        free: &[FlowInput],
+    ) -> Result<(), HardwareError> {
+        let Some(side) = &mut self.rules else {
+            return Ok(());
+        };
+        for flow in free {
+            side.refused.retain(|f| f != flow);
+            let Some(slot) = side.slots.release(flow) else {
+                continue;
+            };
+            for r in std::mem::take(&mut side.rules[slot]) {
+                self.nic.delete_rule(r.location)?;
+                side.locations.push(r.location);
+            }
+            self.xdp.delete_override(flow)?;
+        }
+        if moves.iter().any(|m| m.new) {
+            side.slots.refresh(&self.xdp)?;
+        }
+        for m in moves {
+            let slot = side.slots.slot(&m.flow);
+            let at = slot.map_or(Vec::new(), |s| std::mem::take(&mut side.rules[s]));
+            let written = if side.unsupported {
+                None
+            } else {
+                Self::write_flow_rules(&mut self.nic, side, &m.flow, at.clone(), m.to)?
+            };
+            match (slot, written) {
+                (Some(s), Some(rules)) => side.rules[s] = rules,
+                (None, Some(rules)) => match side.slots.give(m.flow, m.bucket) {
+                    Some(s) => {
+                        self.xdp.count_override(&m.flow, s)?;
+                        side.rules[s] = rules;
+                    }
+                    None => {
+                        tracing::warn!(flow = %m.flow, "no override slot left");
+                        Self::undo(&mut self.nic, side, &rules, rules.len());
+                        side.refused.push(m.flow);
+                    }
+                },
+                // Refused a move: the old rules were deleted with it, the
+                // flow is the bucket's again.
+                (Some(_), None) => {
+                    side.slots.release(&m.flow);
+                    self.xdp.delete_override(&m.flow)?;
+                    side.refused.push(m.flow);
+                }
+                (None, None) => side.refused.push(m.flow),
+            }
+        }
+        side.save();
+        Ok(side.slots.write_flags(&self.xdp, hot)?)
     }
 }
 
@@ -1094,5 +1275,246 @@ mod tests {
             ),
             "{e}"
         );
+    }
+
+    /// The counting program with `slots` override slots, for `lo`.
+    fn counter_with_slots(slots: usize) -> Option<(Xdp, RssKey)> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipping: loading XDP programs needs root (CI runs as root)");
+            return None;
+        }
+        let mut opts = XdpOptions::new("lo");
+        opts.reta_size = N;
+        opts.override_slots = slots;
+        let xdp = Xdp::load(&opts, Program::Count { rx_hash: false }).unwrap();
+        Some((xdp, opts.key))
+    }
+
+    fn flow(sport: u16) -> FlowInput {
+        FlowInput::of(
+            &rsspp_core::FlowKey::new(
+                "10.0.0.1".parse().unwrap(),
+                "10.0.0.2".parse().unwrap(),
+                sport,
+                53,
+                17,
+            )
+            .unwrap(),
+        )
+    }
+
+    fn bucket(key: &RssKey, f: &FlowInput) -> usize {
+        rsspp_core::bucket_of(
+            rsspp_core::Toeplitz::new(key.clone()).hash(f.hash_input()),
+            N,
+        )
+    }
+
+    /// The rules' (location, queue, protocol), by location.
+    fn rules_of(nic: &FakeNic) -> Vec<(u32, u32, crate::ethtool::RuleProto)> {
+        nic.rules()
+            .iter()
+            .map(|r| (r.location, r.queue, r.matches.proto))
+            .collect()
+    }
+
+    fn counts(
+        path: &mut HardwarePath<FakeNic>,
+    ) -> (Vec<FlowCount<FlowInput>>, Vec<OverrideCount<FlowInput>>) {
+        let (mut counted, mut overridden) = (Vec::new(), Vec::new());
+        assert!(path
+            .flow_counts(Duration::ZERO, &mut counted, &mut overridden)
+            .unwrap());
+        (counted, overridden)
+    }
+
+    #[test]
+    fn an_elephant_gets_ntuple_rules_that_move_with_it_and_go_when_it_is_freed() {
+        use crate::ethtool::RuleProto::{Tcp, Udp};
+        let Some((xdp, key)) = counter_with_slots(4) else {
+            return;
+        };
+        let mut nic = FakeNic::new("fake0", N, 4).with_rules(16);
+        // Someone else's rule at the top: ours go below it.
+        let theirs = FlowRule {
+            matches: RuleMatch::for_flow(
+                "10.9.9.9".parse().unwrap(),
+                "10.0.0.2".parse().unwrap(),
+                None,
+            )[0],
+            queue: 3,
+            location: 15,
+        };
+        nic.insert_rule(&theirs).unwrap();
+        let rule_table = nic.rule_table().unwrap();
+        let mut path = HardwarePath::new(xdp, nic, vec![0, 1])
+            .unwrap()
+            .with_rules(key.clone(), &rule_table);
+        let (elephant, b) = (flow(1000), bucket(&key, &flow(1000)));
+
+        // A hot bucket's flows are counted one by one.
+        path.write_overrides(&[b], &[], &[]).unwrap();
+        path.xdp().test_run(&udp_frame(1000), 5).unwrap();
+        let (counted, overridden) = counts(&mut path);
+        assert_eq!(
+            counted
+                .iter()
+                .map(|c| (c.key, c.bucket, c.packets))
+                .collect::<Vec<_>>(),
+            vec![(elephant, b, 5)]
+        );
+        assert!(overridden.is_empty());
+
+        // Given an override: a TCP and a UDP rule to its queue, below
+        // theirs; its packets are the override's, not counted as the
+        // bucket's flows.
+        let give = FlowTarget {
+            flow: elephant,
+            bucket: b,
+            from: 0,
+            to: 1,
+            new: true,
+        };
+        path.write_overrides(&[b], &[give], &[]).unwrap();
+        assert_eq!(
+            rules_of(path.nic()),
+            vec![
+                (13, 1, Udp),
+                (14, 1, Tcp),
+                (15, 3, crate::ethtool::RuleProto::Ip)
+            ]
+        );
+        let udp = path.nic().rules()[0];
+        assert_eq!(
+            udp.to_string(),
+            "flow-type udp4 src-ip 10.0.0.1 dst-ip 10.0.0.2 src-port 1000 dst-port 53 action 1 loc 13"
+        );
+        path.xdp().test_run(&udp_frame(1000), 3).unwrap();
+        let (counted, overridden) = counts(&mut path);
+        assert!(counted.is_empty(), "{counted:?}");
+        assert_eq!(
+            overridden
+                .iter()
+                .map(|o| (o.key, o.packets, o.settled))
+                .collect::<Vec<_>>(),
+            vec![(elephant, 3, true)]
+        );
+
+        // Moved: the same rules, rewritten in place to the new queue.
+        let back = FlowTarget {
+            from: 1,
+            to: 0,
+            new: false,
+            ..give
+        };
+        path.write_overrides(&[b], &[back], &[]).unwrap();
+        assert_eq!(
+            rules_of(path.nic()),
+            vec![
+                (13, 0, Udp),
+                (14, 0, Tcp),
+                (15, 3, crate::ethtool::RuleProto::Ip)
+            ]
+        );
+
+        // Freed: its rules are deleted, its locations taken again next.
+        path.write_overrides(&[], &[], &[elephant]).unwrap();
+        assert_eq!(
+            rules_of(path.nic()),
+            vec![(15, 3, crate::ethtool::RuleProto::Ip)]
+        );
+        let (_, overridden) = counts(&mut path);
+        assert!(overridden.is_empty());
+        let other = FlowTarget {
+            flow: flow(2000),
+            bucket: bucket(&key, &flow(2000)),
+            from: 0,
+            to: 1,
+            new: true,
+        };
+        path.write_overrides(&[], &[other], &[]).unwrap();
+        assert_eq!(path.rules().len(), 2);
+        assert_eq!(
+            rules_of(path.nic()).iter().map(|r| r.0).collect::<Vec<_>>(),
+            vec![13, 14, 15]
+        );
+
+        // However the path ends, its rules go; theirs stay.
+        path.restore().unwrap();
+        assert_eq!(path.nic().rules(), vec![theirs]);
+    }
+
+    #[test]
+    fn a_refused_rule_leaves_the_flow_to_its_bucket_until_the_controller_frees_it() {
+        let Some((xdp, key)) = counter_with_slots(4) else {
+            return;
+        };
+        // Room for one rule: a flow with ports needs two.
+        let nic = FakeNic::new("fake0", N, 4).with_rules(1);
+        let rule_table = RuleTable {
+            size: 1,
+            used: Vec::new(),
+        };
+        let mut path = HardwarePath::new(xdp, nic, vec![0, 1])
+            .unwrap()
+            .with_rules(key.clone(), &rule_table);
+        let elephant = flow(1000);
+        let give = FlowTarget {
+            flow: elephant,
+            bucket: bucket(&key, &elephant),
+            from: 0,
+            to: 1,
+            new: true,
+        };
+        path.write_overrides(&[], &[give], &[]).unwrap();
+        assert!(path.nic().rules().is_empty());
+        // Reported as an idle override (the controller gave it one), so
+        // that the controller frees it.
+        let (_, overridden) = counts(&mut path);
+        assert_eq!(
+            overridden
+                .iter()
+                .map(|o| (o.key, o.packets))
+                .collect::<Vec<_>>(),
+            vec![(elephant, 0)]
+        );
+        path.write_overrides(&[], &[], &[elephant]).unwrap();
+        let (_, overridden) = counts(&mut path);
+        assert!(overridden.is_empty());
+
+        // A NIC that refuses the rules as unsupported: none tried again.
+        let Some((xdp, key)) = counter_with_slots(4) else {
+            return;
+        };
+        let mut nic = FakeNic::new("fake0", N, 4).with_rules(16);
+        let table = nic.rule_table().unwrap();
+        let mut path = HardwarePath::new(xdp, nic, vec![0, 1])
+            .unwrap()
+            .with_rules(key, &table);
+        path.nic().fail_next(EthtoolError::RuleRefused {
+            iface: "fake0".into(),
+            rule: "flow-type tcp4 …".into(),
+            errno: crate::ethtool::Errno(libc::EOPNOTSUPP),
+        });
+        path.write_overrides(&[], &[give], &[]).unwrap();
+        assert!(path.nic().rules().is_empty());
+        path.write_overrides(&[], &[], &[elephant]).unwrap();
+        path.write_overrides(&[], &[give], &[]).unwrap();
+        assert!(path.nic().rules().is_empty(), "not tried again");
+    }
+
+    #[test]
+    fn a_nic_without_rules_has_no_overrides() {
+        let Some(xdp) = counter() else { return };
+        let mut path = HardwarePath::new(xdp, FakeNic::new("fake0", N, 4), vec![0, 1]).unwrap();
+        let (mut counted, mut overridden) = (Vec::new(), Vec::new());
+        assert!(!path
+            .flow_counts(Duration::ZERO, &mut counted, &mut overridden)
+            .unwrap());
+        assert!(matches!(
+            path.nic().rule_table(),
+            Err(EthtoolError::NoRules { .. })
+        ));
     }
 }
