@@ -1057,6 +1057,35 @@ impl Watch {
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_rules_a_killed_run_left_are_deleted_and_no_others() {
+        use crate::ethtool::{FakeNic, FlowRule, RssDevice, RuleMatch};
+        let mut nic = FakeNic::new("fake0", 64, 2).with_rules(16);
+        let matches = RuleMatch::for_flow(
+            "10.0.0.1".parse().unwrap(),
+            "10.0.0.2".parse().unwrap(),
+            Some((1000, 53)),
+        );
+        for (location, m) in [(15, matches[0]), (14, matches[1]), (3, matches[0])] {
+            let rule = FlowRule {
+                matches: m,
+                queue: 1,
+                location,
+            };
+            nic.insert_rule(&rule).unwrap();
+        }
+        let saved = SavedTable {
+            pid: dead_pid(),
+            context: 0,
+            table: vec![0; 64],
+            // 13: gone already, no error.
+            rules: vec![13, 14, 15],
+        };
+        delete_left_rules(&mut nic, &saved);
+        let left: Vec<u32> = nic.rules().iter().map(|r| r.location).collect();
+        assert_eq!(left, vec![3], "someone else's rule stays");
+    }
+
     /// A pid no process has any more.
     fn dead_pid() -> u32 {
         let mut child = std::process::Command::new("true").spawn().unwrap();
