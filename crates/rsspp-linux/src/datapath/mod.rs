@@ -1517,4 +1517,87 @@ mod tests {
             Err(EthtoolError::NoRules { .. })
         ));
     }
+
+    /// The daemon's rounds over the hardware path: two elephants sharing a
+    /// bucket, every frame counted on queue 0's CPU (the test's, pinned),
+    /// queue 1 idle. The override controller gives one of them an ntuple
+    /// rule to the queue its bucket is not on, and the run's end deletes it.
+    #[test]
+    fn the_daemon_gives_an_elephant_of_a_shared_bucket_a_rule_to_the_other_queue() {
+        let Some((xdp, key)) = counter_with_slots(8) else {
+            return;
+        };
+        // Queue 0 is served by CPU 0, where this thread runs.
+        // SAFETY: a zeroed cpu_set_t with one CPU set, for this thread.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(0, &mut set);
+            assert_eq!(
+                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
+                0
+            );
+        }
+        let mut nic = FakeNic::new("fake0", N, 2).with_rules(64);
+        let rule_table = nic.rule_table().unwrap();
+        let mut path = HardwarePath::new(xdp, nic, vec![0, 1])
+            .unwrap()
+            .with_rules(key.clone(), &rule_table);
+        path.set_serving_cpus(vec![0, 1]);
+        let config = DaemonConfig {
+            targets: vec![0, 1],
+            reta_size: N,
+            control: ControlConfig::default(),
+            balance: true,
+            load: LoadModel::ByPackets,
+            churn: 0,
+            churn_seed: 1,
+            elephants: Some(rsspp_core::orss::OverrideConfig::default()),
+        };
+        let mut d = Daemon::start(config, path, Idle, Duration::ZERO).unwrap();
+        // Two elephants of one bucket, and mice.
+        let b = bucket(&key, &flow(1000));
+        let twin = (1001u16..).find(|&p| bucket(&key, &flow(p)) == b).unwrap();
+        let elephants = [flow(1000), flow(twin)];
+        let mut given = None;
+        for round in 1..=20u64 {
+            for sport in [1000, twin] {
+                d.datapath_mut()
+                    .xdp()
+                    .test_run(&udp_frame(sport), 2000)
+                    .unwrap();
+            }
+            for sport in 20000..20040 {
+                d.datapath_mut()
+                    .xdp()
+                    .test_run(&udp_frame(sport), 20)
+                    .unwrap();
+            }
+            d.round(Duration::from_millis(100 * round)).unwrap();
+            let rules = d.datapath_mut().rules();
+            if !rules.is_empty() {
+                given = Some(rules);
+                break;
+            }
+        }
+        let rules = given.expect("no elephant was given a rule in 20 rounds");
+        assert_eq!(d.overrides_in_use(), Some(1));
+        assert!(d.elephants_moved() >= 1);
+        // One elephant, its TCP and UDP rules, to the queue its bucket is
+        // not on: the two are apart.
+        assert_eq!(rules.len(), 2, "{rules:?}");
+        let bucket_queue = d.table()[b];
+        assert!(
+            rules.iter().all(|r| r.queue != bucket_queue),
+            "{rules:?}, bucket on {bucket_queue}"
+        );
+        let endpoints: Vec<_> = elephants.iter().map(|e| e.endpoints()).collect();
+        assert!(rules.iter().all(|r| endpoints.contains(&(
+            r.matches.src,
+            r.matches.dst,
+            r.matches.ports
+        ))));
+        let mut path = d.into_datapath();
+        path.restore().unwrap();
+        assert!(path.nic().rules().is_empty());
+    }
 }
