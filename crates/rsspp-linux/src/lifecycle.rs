@@ -720,6 +720,8 @@ pub struct LeftTable {
     pub pid: u32,
     /// The RSS context (0: the main table).
     pub context: u32,
+    /// Ntuple rules it left (per-flow overrides), by location.
+    pub rules: Vec<u32>,
 }
 
 /// What rsspp has attached in this network namespace.
@@ -861,6 +863,7 @@ pub fn status(iface: Option<&str>) -> Result<Status, LifecycleError> {
                 iface: name,
                 pid: t.pid,
                 context: t.context,
+                rules: t.rules,
             });
         }
     }

@@ -112,7 +112,14 @@ fn to_json(status: &Status) -> serde_json::Value {
     let left: Vec<serde_json::Value> = status
         .left_tables
         .iter()
-        .map(|t| serde_json::json!({"iface": t.iface, "pid": t.pid, "context": t.context}))
+        .map(|t| {
+            serde_json::json!({
+                "iface": t.iface,
+                "pid": t.pid,
+                "context": t.context,
+                "ntuple_rules": t.rules,
+            })
+        })
         .collect();
     serde_json::json!({ "attached": attached, "stale_pins": stale, "left_tables": left })
 }
@@ -127,9 +134,23 @@ fn to_text(status: &Status) -> String {
             0 => "the NIC's table".to_string(),
             n => format!("RSS context {n}'s table"),
         };
+        let rules = match t.rules.len() {
+            0 => String::new(),
+            1 => " and 1 ntuple rule".to_string(),
+            n => format!(" and {n} ntuple rules"),
+        };
+        let deletes = if rules.is_empty() {
+            ""
+        } else {
+            " and deletes the rules"
+        };
         out.push_str(&format!(
-            "{}: {table} is the one rsspp run (pid {}, no longer running) wrote: `rsspp detach --iface {}` puts the original back\n",
-            t.iface, t.pid, t.iface
+            "{}: {table}{rules} {verb} the one{s} rsspp run (pid {}, no longer running) wrote: `rsspp detach --iface {}` puts the original back{deletes}\n",
+            t.iface,
+            t.pid,
+            t.iface,
+            verb = if rules.is_empty() { "is" } else { "are" },
+            s = if rules.is_empty() { "" } else { "s" },
         ));
     }
     for a in &status.attached {
@@ -188,5 +209,42 @@ fn since(t: u64) -> String {
         0..=119 => format!("{ago} s ago"),
         120..=7199 => format!("{} min ago", ago / 60),
         _ => format!("{} h ago", ago / 3600),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rsspp_linux::lifecycle::LeftTable;
+
+    use super::*;
+
+    #[test]
+    fn a_left_table_and_its_rules_are_named_with_the_way_back() {
+        let left = |rules: Vec<u32>| Status {
+            left_tables: vec![LeftTable {
+                iface: "eth0".into(),
+                pid: 42,
+                context: 0,
+                rules,
+            }],
+            ..Status::default()
+        };
+        assert_eq!(
+            to_text(&left(Vec::new())),
+            "no rsspp program attached\n\
+             eth0: the NIC's table is the one rsspp run (pid 42, no longer running) wrote: \
+             `rsspp detach --iface eth0` puts the original back\n"
+        );
+        assert_eq!(
+            to_text(&left(vec![1022, 1023])),
+            "no rsspp program attached\n\
+             eth0: the NIC's table and 2 ntuple rules are the ones rsspp run (pid 42, no longer \
+             running) wrote: `rsspp detach --iface eth0` puts the original back and deletes the \
+             rules\n"
+        );
+        assert_eq!(
+            to_json(&left(vec![7]))["left_tables"][0]["ntuple_rules"],
+            serde_json::json!([7])
+        );
     }
 }
