@@ -606,7 +606,16 @@ impl<N: RssDevice> HardwarePath<N> {
                     Self::undo(nic, side, &rules, i);
                     return Ok(None);
                 }
-                Err(e) => return Err(e),
+                Err(e) => {
+                    // The device is gone or refuses us: the round fails. A
+                    // new flow's rules written so far are deleted as far as
+                    // they can be; a flow's rules rewritten in place stay
+                    // its own, deleted with the rest when the path ends.
+                    if !undo_all {
+                        Self::undo(nic, side, &rules, i);
+                    }
+                    return Err(e);
+                }
             }
         }
         Ok(Some(rules))
@@ -829,11 +838,13 @@ impl<N: RssDevice> DataPath for HardwarePath<N> {
         }
         for m in moves {
             let slot = side.slots.slot(&m.flow);
-            let at = slot.map_or(Vec::new(), |s| std::mem::take(&mut side.rules[s]));
+            let at = slot.map_or(Vec::new(), |s| side.rules[s].clone());
             let written = if side.unsupported {
+                // Rules no longer written: an existing one goes too.
+                Self::undo(&mut self.nic, side, &at, at.len());
                 None
             } else {
-                Self::write_flow_rules(&mut self.nic, side, &m.flow, at.clone(), m.to)?
+                Self::write_flow_rules(&mut self.nic, side, &m.flow, at, m.to)?
             };
             match (slot, written) {
                 (Some(s), Some(rules)) => side.rules[s] = rules,
@@ -850,7 +861,8 @@ impl<N: RssDevice> DataPath for HardwarePath<N> {
                 },
                 // Refused a move: the old rules were deleted with it, the
                 // flow is the bucket's again.
-                (Some(_), None) => {
+                (Some(s), None) => {
+                    side.rules[s].clear();
                     side.slots.release(&m.flow);
                     self.xdp.delete_override(&m.flow)?;
                     side.refused.push(m.flow);
@@ -1491,15 +1503,39 @@ mod tests {
         let table = nic.rule_table().unwrap();
         let mut path = HardwarePath::new(xdp, nic, vec![0, 1])
             .unwrap()
-            .with_rules(key, &table);
+            .with_rules(key.clone(), &table);
+        path.write_overrides(&[], &[give], &[]).unwrap();
+        assert_eq!(path.nic().rules().len(), 2);
         path.nic().fail_next(EthtoolError::RuleRefused {
             iface: "fake0".into(),
             rule: "flow-type tcp4 …".into(),
             errno: crate::ethtool::Errno(libc::EOPNOTSUPP),
         });
-        path.write_overrides(&[], &[give], &[]).unwrap();
+        let other = FlowTarget {
+            flow: flow(2000),
+            bucket: bucket(&key, &flow(2000)),
+            ..give
+        };
+        path.write_overrides(&[], &[other], &[]).unwrap();
+        assert_eq!(path.nic().rules().len(), 2, "the first flow's stay");
+        // Moving the first: no rule is written any more, so its go too.
+        let back = FlowTarget {
+            from: 1,
+            to: 0,
+            new: false,
+            ..give
+        };
+        path.write_overrides(&[], &[back], &[]).unwrap();
         assert!(path.nic().rules().is_empty());
-        path.write_overrides(&[], &[], &[elephant]).unwrap();
+        assert!(path.rules().is_empty());
+        let (_, overridden) = counts(&mut path);
+        let mut idle: Vec<_> = overridden.iter().map(|o| (o.key, o.packets)).collect();
+        idle.sort();
+        let mut both = vec![(elephant, 0), (other.flow, 0)];
+        both.sort();
+        assert_eq!(idle, both);
+        path.write_overrides(&[], &[], &[elephant, other.flow])
+            .unwrap();
         path.write_overrides(&[], &[give], &[]).unwrap();
         assert!(path.nic().rules().is_empty(), "not tried again");
     }
