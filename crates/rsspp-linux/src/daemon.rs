@@ -191,8 +191,9 @@ pub struct DaemonConfig {
     pub balance: bool,
     /// How a target's load is derived from the busy clock.
     pub load: LoadModel,
-    /// Buckets moved at random every round, whatever the load (`--churn`):
-    /// a test of what migration does to the traffic. 0: none.
+    /// Buckets moved at random every round, whatever the load (`--churn`;
+    /// with overrides, one override too): a test of what migration does
+    /// to the traffic. 0: none.
     pub churn: usize,
     /// Seed of the churn's random choices.
     pub churn_seed: u64,
@@ -798,7 +799,7 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
         held.extend(moved.iter().map(|m| m.bucket));
         held.sort_unstable();
         held.dedup();
-        let plan = overrides.round(&RoundInput {
+        let mut plan = overrides.round(&RoundInput {
             table: self.table.entries(),
             held: &held,
             bucket_packets,
@@ -806,6 +807,30 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
             counted: &self.counted,
             overridden: &self.overridden,
         });
+        // --churn: one override moved too, whatever the load, among those
+        // settled and out of this round's plan, their bucket not moving.
+        if self.config.churn > 0 {
+            let mut targets: Vec<usize> = self.table.entries().to_vec();
+            targets.sort_unstable();
+            targets.dedup();
+            let busy: Vec<FlowInput> = plan
+                .moves
+                .iter()
+                .map(|m| m.key)
+                .chain(plan.free.iter().map(|&(k, _)| k))
+                .chain(self.overridden.iter().filter(|o| !o.settled).map(|o| o.key))
+                .collect();
+            let churned = overrides.churn(&mut self.churn_rng, &targets, |key, bucket| {
+                !busy.contains(key) && held.binary_search(&bucket).is_err()
+            });
+            if let Some(m) = churned {
+                info!(
+                    "round {}: churn: elephant {} (bucket {}) moved",
+                    self.rounds, m.key, m.bucket
+                );
+                plan.moves.push(m);
+            }
+        }
         let targets = &self.config.targets;
         let flows: Vec<FlowTarget> = plan
             .add

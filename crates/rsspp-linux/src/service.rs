@@ -146,8 +146,9 @@ pub struct ServiceConfig {
     pub keep: bool,
     /// Stop after this long; `None` runs until the stop flag.
     pub duration: Option<Duration>,
-    /// Buckets moved at random every round, whatever the load: a test of
-    /// what migration does to the traffic (0: none).
+    /// Buckets moved at random every round, whatever the load (and, with
+    /// overrides, one override): a test of what migration does to the
+    /// traffic (0: none).
     pub churn: usize,
     /// How moved buckets switch CPU (software mode).
     pub moves: Moves,

@@ -126,7 +126,8 @@ pub struct Config {
     pub balance: bool,
     /// What the rebalancer balances.
     pub load: LoadSource,
-    /// Buckets moved at random every round.
+    /// Buckets moved at random every round (and, with overrides, one
+    /// override).
     pub churn: usize,
     /// Seed of the churn.
     pub churn_seed: u64,
@@ -260,6 +261,8 @@ pub struct ElephantSummary {
     pub drained: u64,
     /// Override handoffs completed after the timeout.
     pub early: u64,
+    /// Overrides moved by `--churn` (counted in `moved` too).
+    pub churned: u64,
 }
 
 /// The Reframer stages of all workers, summed.
@@ -1096,6 +1099,7 @@ impl<S> Controller<'_, S> {
         table: &IndirectionTable,
         moved: &[usize],
         input: &OverrideCounts,
+        churn: Option<&mut SplitMix64>,
     ) -> Result<(), RuntimeError> {
         let buckets = self.config.buckets;
         let Some(e) = self.elephants.as_mut() else {
@@ -1106,7 +1110,7 @@ impl<S> Controller<'_, S> {
         held.extend(e.held_buckets());
         held.sort_unstable();
         held.dedup();
-        let plan = e.policy.round(&RoundInput {
+        let mut plan = e.policy.round(&RoundInput {
             table: table.entries(),
             held: &held,
             bucket_packets: &input.bucket_packets,
@@ -1114,6 +1118,41 @@ impl<S> Controller<'_, S> {
             counted: &input.counted,
             overridden: &input.overridden,
         });
+        // --churn: one override moved too, whatever the load, among those
+        // settled, out of this round's plan, their bucket not moving.
+        if let Some(rng) = churn {
+            let mut workers: Vec<usize> = table.entries().to_vec();
+            workers.sort_unstable();
+            workers.dedup();
+            let in_plan: Vec<HashInput> = plan
+                .moves
+                .iter()
+                .map(|m| m.key)
+                .chain(plan.free.iter().map(|&(k, _)| k))
+                .chain(e.deferred.iter().copied())
+                .collect();
+            let (slots, by_flow, handoffs) = (&e.slots, &e.by_flow, &e.handoffs);
+            let churned = e.policy.churn(rng, &workers, |key, _| {
+                let Some(u) = by_flow
+                    .get(key)
+                    .and_then(|&s| slots[s].as_ref().filter(|_| handoffs.get(s).is_none()))
+                else {
+                    return false;
+                };
+                !u.adding
+                    && !u.freeing
+                    && held.binary_search(&u.bucket).is_err()
+                    && !in_plan.contains(key)
+            });
+            if let Some(m) = churned {
+                info!(
+                    "churn: elephant of bucket {} moved, worker {} -> {}",
+                    m.bucket, m.from, m.to
+                );
+                e.summary.churned += 1;
+                plan.moves.push(m);
+            }
+        }
         for (b, h) in e.hot.iter().enumerate() {
             h.store(plan.hot.binary_search(&b).is_ok(), Ordering::Relaxed);
         }
@@ -1519,7 +1558,8 @@ impl<S> Controller<'_, S> {
             migrations += moved.len() as u64;
             if let Some(o) = &over {
                 if self.config.balance {
-                    self.override_round(table, &moved, o)?;
+                    let churn = (self.config.churn > 0).then_some(&mut rng);
+                    self.override_round(table, &moved, o, churn)?;
                 }
             }
             if let Some(exporter) = &self.exporter {

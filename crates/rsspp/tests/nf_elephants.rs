@@ -28,6 +28,9 @@
 //! - the same on the afxdp backend (AF_XDP sockets behind an XDP program
 //!   with the same override table).
 //!
+//! - with `--churn 1`: an override moved to the other worker nearly every
+//!   round, whatever the load; still in order, every flow's state whole.
+//!
 //! The counts are the workers' `rsspp_cpu_packets_total`, over three
 //! one-second windows from 4 s on; the window of median ratio is judged:
 //! on a shared host a stalled CPU or sender skews one window now and then.
@@ -422,6 +425,62 @@ fn elephants_on_af_xdp_sockets_keep_their_order_and_state() {
     );
 }
 
+/// With `--churn 1` a random bucket and a random override move every
+/// round, whatever the load: the override goes from worker to worker again
+/// and again under traffic, each move in order (its new worker parks the
+/// flow's frames until the old one has processed its last), its state
+/// with it.
+#[test]
+fn churned_overrides_move_between_workers_in_order_with_their_state() {
+    churned_overrides("afpacket", 19_487);
+}
+
+/// The same on the afxdp backend.
+#[test]
+fn churned_overrides_on_af_xdp_sockets_move_in_order_with_their_state() {
+    churned_overrides("afxdp", 19_488);
+}
+
+fn churned_overrides(backend: &str, port: u16) {
+    if !ready() {
+        return;
+    }
+    let dir = Scratch::new(&format!("nf-elephants-churn-{backend}"));
+    let trace = dir.0.join("trace.pcap");
+    let sent = write_trace(&trace, elephant_flows(BUCKETS));
+    let extra = [
+        "--chain",
+        "monitor",
+        "--churn",
+        "1",
+        "--rss-key",
+        "microsoft",
+        "--backend",
+        backend,
+    ];
+    let on = run(
+        "on",
+        &format!("churn{backend}"),
+        &extra,
+        port,
+        &trace,
+        &dir.0,
+    );
+    let s = &on.summary;
+    let churned = s["elephants"]["churned"].as_u64().unwrap();
+    eprintln!(
+        "--churn 1 --backend {backend}: overrides moved by the churn {churned}; elephants {}; reordered {}",
+        s["elephants"],
+        reordered(&on.got)
+    );
+    assert!(
+        churned >= 10,
+        "the churn moved overrides between the workers: {s}\n{}",
+        on.stderr
+    );
+    in_order_and_whole(&on, &sent);
+}
+
 /// Per flow (the number in the payload), the source addresses and ports
 /// its frames left with.
 fn captured_translations(path: &Path) -> BTreeMap<u32, BTreeSet<([u8; 4], u16)>> {
@@ -434,9 +493,8 @@ fn captured_translations(path: &Path) -> BTreeMap<u32, BTreeSet<([u8; 4], u16)>>
     out
 }
 
-/// An elephant moved, the workers' frames within 10%, no frame after a
-/// later one of its flow, every frame received and forwarded, and one
-/// monitor record per flow with all its frames.
+/// An elephant moved, the workers' frames within 10%, and
+/// [`in_order_and_whole`].
 fn balanced_in_order_and_whole(on: &Run, sent: &BTreeMap<u32, u64>) {
     let s = &on.summary;
     eprintln!(
@@ -457,6 +515,14 @@ fn balanced_in_order_and_whole(on: &Run, sent: &BTreeMap<u32, u64>) {
         on.windows,
         on.stderr
     );
+    in_order_and_whole(on, sent);
+}
+
+/// No frame after a later one of its flow, no frame without its state,
+/// every frame received and forwarded, and one monitor record per flow
+/// with all its frames.
+fn in_order_and_whole(on: &Run, sent: &BTreeMap<u32, u64>) {
+    let s = &on.summary;
     assert_eq!(reordered(&on.got), 0, "{s}\n{}", on.stderr);
     assert_eq!(
         s["received"].as_u64().unwrap(),

@@ -43,6 +43,7 @@ use std::hash::Hash;
 use super::balancer::{Balancer, BalancerParams, FlowLoad};
 use super::load::FlowLoads;
 use crate::balance::{BalanceError, Setting};
+use crate::rand::SplitMix64;
 
 /// Most overrides a table may hold.
 pub const MAX_OVERRIDES: usize = 65_536;
@@ -274,6 +275,51 @@ impl<K: Copy + Eq + Hash> Overrides<K> {
     /// Flows given an override or moved to another core so far.
     pub fn moved_total(&self) -> u64 {
         self.moved
+    }
+
+    /// `--churn`'s share for overrides: moves one overridden flow, drawn
+    /// from those `movable(key, bucket)` allows (settled, their bucket not
+    /// moving), to
+    /// another of `cores` drawn too, whatever the load. The move is the data
+    /// path's to carry out, in order, as a balancer's move is; the
+    /// balancer may move the flow back.
+    pub fn churn(
+        &mut self,
+        rng: &mut SplitMix64,
+        cores: &[usize],
+        movable: impl Fn(&K, usize) -> bool,
+    ) -> Option<FlowMove<K>> {
+        let candidates: Vec<usize> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| {
+                t.as_ref()
+                    .is_some_and(|t| t.core.is_some() && movable(&t.key, t.bucket))
+            })
+            .map(|(slot, _)| slot)
+            .collect();
+        if candidates.is_empty() {
+            return None;
+        }
+        let t = self.slots[candidates[rng.below(candidates.len())]]
+            .as_mut()
+            .expect("a candidate");
+        let from = t.core.expect("overridden");
+        let others: Vec<usize> = cores.iter().copied().filter(|&c| c != from).collect();
+        if others.is_empty() {
+            return None;
+        }
+        let to = others[rng.below(others.len())];
+        t.core = Some(to);
+        t.idle = 0;
+        self.moved += 1;
+        Some(FlowMove {
+            key: t.key,
+            bucket: t.bucket,
+            from,
+            to,
+        })
     }
 
     /// The core of `key`'s override, if it has one.
@@ -666,6 +712,26 @@ mod tests {
                 .count()
         };
         assert_eq!((elephants_on(0), elephants_on(1)), (1, 1), "{c:?}");
+    }
+
+    #[test]
+    fn churn_moves_an_overridden_flow_it_may_move_to_another_core() {
+        let mut sim = Sim::new(128, 2, two_elephants());
+        let mut o = Overrides::new(OverrideConfig::default());
+        let mut rng = SplitMix64::new(7);
+        // No override yet: nothing to churn.
+        sim.step(&mut o);
+        assert_eq!(o.churn(&mut rng, &[0, 1], |_, _| true), None);
+        sim.step(&mut o);
+        let (&key, &core) = sim.overrides.iter().next().expect("one override");
+        // Not movable (in handoff, say): left alone.
+        assert_eq!(o.churn(&mut rng, &[0, 1], |_, _| false), None);
+        // One core only: nowhere to go.
+        assert_eq!(o.churn(&mut rng, &[core], |_, _| true), None);
+        let m = o.churn(&mut rng, &[0, 1], |_, _| true).expect("a move");
+        assert_eq!((m.key, m.bucket, m.from, m.to), (key, 0, core, 1 - core));
+        assert_eq!(o.core_of(&key), Some(1 - core));
+        assert_eq!(o.moved_total(), 2);
     }
 
     #[test]

@@ -1564,15 +1564,7 @@ mod tests {
             return;
         };
         // Queue 0 is served by CPU 0, where this thread runs.
-        // SAFETY: a zeroed cpu_set_t with one CPU set, for this thread.
-        unsafe {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(0, &mut set);
-            assert_eq!(
-                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
-                0
-            );
-        }
+        pin_to_cpu_0();
         let mut nic = FakeNic::new("fake0", N, 2).with_rules(64);
         let rule_table = nic.rule_table().unwrap();
         let mut path = HardwarePath::new(xdp, nic, vec![0, 1])
@@ -1602,10 +1594,12 @@ mod tests {
                     .test_run(&udp_frame(sport), 2000)
                     .unwrap();
             }
-            for sport in 20000..20040 {
+            // (Few runs: each test run flips a static key of the kernel,
+            // slow under nested virtualisation.)
+            for sport in 20000..20002 {
                 d.datapath_mut()
                     .xdp()
-                    .test_run(&udp_frame(sport), 20)
+                    .test_run(&udp_frame(sport), 400)
                     .unwrap();
             }
             d.round(Duration::from_millis(100 * round)).unwrap();
@@ -1635,5 +1629,79 @@ mod tests {
         let mut path = d.into_datapath();
         path.restore().unwrap();
         assert!(path.nic().rules().is_empty());
+    }
+
+    /// The calling thread runs on CPU 0 from now on: the frames it feeds
+    /// the program are counted there.
+    fn pin_to_cpu_0() {
+        // SAFETY: a zeroed cpu_set_t with one CPU set, for this thread.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(0, &mut set);
+            assert_eq!(
+                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
+                0
+            );
+        }
+    }
+
+    /// `--churn` in hardware mode: an overridden flow's rules are rewritten
+    /// in place to another queue, whatever the load (three queues: on the
+    /// one its bucket is on, the override would be freed as redundant).
+    #[test]
+    fn churn_moves_an_elephants_rules_between_the_queues() {
+        let Some((xdp, key)) = counter_with_slots(8) else {
+            return;
+        };
+        pin_to_cpu_0();
+        let mut nic = FakeNic::new("fake0", N, 3).with_rules(64);
+        let rule_table = nic.rule_table().unwrap();
+        let mut path = HardwarePath::new(xdp, nic, vec![0, 1, 2])
+            .unwrap()
+            .with_rules(key.clone(), &rule_table);
+        path.set_serving_cpus(vec![0, 1, 2]);
+        let config = DaemonConfig {
+            targets: vec![0, 1, 2],
+            reta_size: N,
+            control: ControlConfig::default(),
+            balance: true,
+            load: LoadModel::ByPackets,
+            churn: 1,
+            churn_seed: 3,
+            elephants: Some(rsspp_core::orss::OverrideConfig::default()),
+        };
+        let mut d = Daemon::start(config, path, Idle, Duration::ZERO).unwrap();
+        let b = bucket(&key, &flow(1000));
+        let twin = (1001u16..).find(|&p| bucket(&key, &flow(p)) == b).unwrap();
+        // Per rule location, the queues it steered to.
+        let mut seen: std::collections::BTreeMap<u32, std::collections::BTreeSet<u32>> =
+            std::collections::BTreeMap::new();
+        for round in 1..=25u64 {
+            for sport in [1000, twin] {
+                d.datapath_mut()
+                    .xdp()
+                    .test_run(&udp_frame(sport), 2000)
+                    .unwrap();
+            }
+            // (Few runs: each test run flips a static key of the kernel,
+            // slow under nested virtualisation.)
+            for sport in 20000..20002 {
+                d.datapath_mut()
+                    .xdp()
+                    .test_run(&udp_frame(sport), 400)
+                    .unwrap();
+            }
+            d.round(Duration::from_millis(100 * round)).unwrap();
+            for r in d.datapath_mut().rules() {
+                seen.entry(r.location).or_default().insert(r.queue);
+            }
+            if seen.values().any(|queues| queues.len() == 2) {
+                break;
+            }
+        }
+        assert!(
+            seen.values().any(|queues| queues.len() == 2),
+            "a rule rewritten to the other queue: {seen:?}"
+        );
     }
 }

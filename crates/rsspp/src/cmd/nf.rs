@@ -143,7 +143,8 @@ pub struct NfArgs {
     /// Where the per-flow state lives.
     #[arg(long, value_enum, default_value_t = TableArg::PerBucket)]
     table: TableArg,
-    /// Move this many random buckets every round, whatever the load.
+    /// Move this many random buckets every round, whatever the load (and,
+    /// with --elephants, one per-flow override to another worker).
     #[arg(long, default_value_t = 0, value_name = "N")]
     churn: usize,
     /// Seed of --churn's choices.

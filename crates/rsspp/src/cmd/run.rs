@@ -144,8 +144,9 @@ pub struct RunArgs {
     /// A moved bucket stays on its new CPU at least this long.
     #[arg(long, default_value_t = 1000, value_name = "MS")]
     min_dwell_ms: u64,
-    /// Also move N random buckets every round, whatever the load: a test of
-    /// what migration does to the traffic (counted as migrations).
+    /// Also move N random buckets every round, whatever the load (and, with
+    /// --elephants, one per-flow override): a test of what migration does
+    /// to the traffic (counted as migrations).
     #[arg(long, default_value_t = 0, value_name = "N")]
     churn: usize,
     /// Count and report only: never move a bucket.
