@@ -807,28 +807,26 @@ impl<D: DataPath, B: BusyClock> Daemon<D, B> {
             counted: &self.counted,
             overridden: &self.overridden,
         });
-        // --churn: one override moved too, whatever the load, among those
-        // settled and out of this round's plan, their bucket not moving.
+        // --churn: one settled override moved too, whatever the load.
         if self.config.churn > 0 {
-            let mut targets: Vec<usize> = self.table.entries().to_vec();
-            targets.sort_unstable();
-            targets.dedup();
-            let busy: Vec<FlowInput> = plan
-                .moves
+            let unsettled: Vec<FlowInput> = self
+                .overridden
                 .iter()
-                .map(|m| m.key)
-                .chain(plan.free.iter().map(|&(k, _)| k))
-                .chain(self.overridden.iter().filter(|o| !o.settled).map(|o| o.key))
+                .filter(|o| !o.settled)
+                .map(|o| o.key)
                 .collect();
-            let churned = overrides.churn(&mut self.churn_rng, &targets, |key, bucket| {
-                !busy.contains(key) && held.binary_search(&bucket).is_err()
-            });
+            let churned = overrides.churn(
+                &mut self.churn_rng,
+                self.table.entries(),
+                &held,
+                &mut plan,
+                |key| !unsettled.contains(key),
+            );
             if let Some(m) = churned {
                 info!(
                     "round {}: churn: elephant {} (bucket {}) moved",
                     self.rounds, m.key, m.bucket
                 );
-                plan.moves.push(m);
             }
         }
         let targets = &self.config.targets;

@@ -1118,39 +1118,25 @@ impl<S> Controller<'_, S> {
             counted: &input.counted,
             overridden: &input.overridden,
         });
-        // --churn: one override moved too, whatever the load, among those
-        // settled, out of this round's plan, their bucket not moving.
+        // --churn: one settled override moved too, whatever the load.
         if let Some(rng) = churn {
-            let mut workers: Vec<usize> = table.entries().to_vec();
-            workers.sort_unstable();
-            workers.dedup();
-            let in_plan: Vec<HashInput> = plan
-                .moves
-                .iter()
-                .map(|m| m.key)
-                .chain(plan.free.iter().map(|&(k, _)| k))
-                .chain(e.deferred.iter().copied())
-                .collect();
-            let (slots, by_flow, handoffs) = (&e.slots, &e.by_flow, &e.handoffs);
-            let churned = e.policy.churn(rng, &workers, |key, _| {
-                let Some(u) = by_flow
-                    .get(key)
-                    .and_then(|&s| slots[s].as_ref().filter(|_| handoffs.get(s).is_none()))
-                else {
-                    return false;
-                };
-                !u.adding
-                    && !u.freeing
-                    && held.binary_search(&u.bucket).is_err()
-                    && !in_plan.contains(key)
-            });
+            let (slots, by_flow, handoffs, deferred) =
+                (&e.slots, &e.by_flow, &e.handoffs, &e.deferred);
+            let churned = e
+                .policy
+                .churn(rng, table.entries(), &held, &mut plan, |key| {
+                    !deferred.contains(key)
+                        && by_flow.get(key).is_some_and(|&s| {
+                            handoffs.get(s).is_none()
+                                && slots[s].as_ref().is_some_and(|u| !u.adding && !u.freeing)
+                        })
+                });
             if let Some(m) = churned {
                 info!(
                     "churn: elephant of bucket {} moved, worker {} -> {}",
                     m.bucket, m.from, m.to
                 );
                 e.summary.churned += 1;
-                plan.moves.push(m);
             }
         }
         for (b, h) in e.hot.iter().enumerate() {

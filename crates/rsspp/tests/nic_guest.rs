@@ -187,6 +187,8 @@ fn the_table_rsspp_writes_is_the_one_ethtool_reads() {
             .unwrap_or_else(|| panic!("no {key}= in:\n{saved}"))
     };
     assert_eq!(field("pid"), pid.to_string(), "{saved}");
+    // virtio-net has no ntuple rules: none were written, none listed.
+    assert_eq!(field("rules"), "", "{saved}");
     let saved_table: Vec<u32> = field("table")
         .split(',')
         .map(|q| q.parse().unwrap())
@@ -209,7 +211,7 @@ fn the_table_rsspp_writes_is_the_one_ethtool_reads() {
         serde_json::json!({
             "attached": [],
             "stale_pins": [],
-            "left_tables": [{"iface": "eth0", "pid": pid, "context": 0}],
+            "left_tables": [{"iface": "eth0", "pid": pid, "context": 0, "ntuple_rules": []}],
         })
     );
     // The dead daemon's table counts as the user's and names queue 3: the

@@ -277,25 +277,34 @@ impl<K: Copy + Eq + Hash> Overrides<K> {
         self.moved
     }
 
-    /// `--churn`'s share for overrides: moves one overridden flow, drawn
-    /// from those `movable(key, bucket)` allows (settled, their bucket not
-    /// moving), to
-    /// another of `cores` drawn too, whatever the load. The move is the data
-    /// path's to carry out, in order, as a balancer's move is; the
-    /// balancer may move the flow back.
+    /// `--churn`'s share for overrides: moves one overridden flow to
+    /// another core of `table`, whatever the load, and adds the move to
+    /// `plan` (this round's, which the data path carries out in order, as
+    /// the balancer's moves). The flow is drawn among those out of `plan`,
+    /// their bucket not `held` (ascending), that `movable` allows (the data
+    /// path's: settled). The balancer may move it back.
     pub fn churn(
         &mut self,
         rng: &mut SplitMix64,
-        cores: &[usize],
-        movable: impl Fn(&K, usize) -> bool,
+        table: &[usize],
+        held: &[usize],
+        plan: &mut OverridePlan<K>,
+        movable: impl Fn(&K) -> bool,
     ) -> Option<FlowMove<K>> {
+        let planned = |key: &K| {
+            plan.moves.iter().any(|m| m.key == *key) || plan.free.iter().any(|(k, _)| k == key)
+        };
         let candidates: Vec<usize> = self
             .slots
             .iter()
             .enumerate()
             .filter(|(_, t)| {
-                t.as_ref()
-                    .is_some_and(|t| t.core.is_some() && movable(&t.key, t.bucket))
+                t.as_ref().is_some_and(|t| {
+                    t.core.is_some()
+                        && held.binary_search(&t.bucket).is_err()
+                        && !planned(&t.key)
+                        && movable(&t.key)
+                })
             })
             .map(|(slot, _)| slot)
             .collect();
@@ -306,7 +315,9 @@ impl<K: Copy + Eq + Hash> Overrides<K> {
             .as_mut()
             .expect("a candidate");
         let from = t.core.expect("overridden");
-        let others: Vec<usize> = cores.iter().copied().filter(|&c| c != from).collect();
+        let mut others: Vec<usize> = table.iter().copied().filter(|&c| c != from).collect();
+        others.sort_unstable();
+        others.dedup();
         if others.is_empty() {
             return None;
         }
@@ -314,12 +325,14 @@ impl<K: Copy + Eq + Hash> Overrides<K> {
         t.core = Some(to);
         t.idle = 0;
         self.moved += 1;
-        Some(FlowMove {
+        let m = FlowMove {
             key: t.key,
             bucket: t.bucket,
             from,
             to,
-        })
+        };
+        plan.moves.push(m);
+        Some(m)
     }
 
     /// The core of `key`'s override, if it has one.
@@ -719,17 +732,26 @@ mod tests {
         let mut sim = Sim::new(128, 2, two_elephants());
         let mut o = Overrides::new(OverrideConfig::default());
         let mut rng = SplitMix64::new(7);
+        let table = sim.table.clone();
         // No override yet: nothing to churn.
-        sim.step(&mut o);
-        assert_eq!(o.churn(&mut rng, &[0, 1], |_, _| true), None);
-        sim.step(&mut o);
+        let mut plan = sim.step(&mut o);
+        assert_eq!(o.churn(&mut rng, &table, &[], &mut plan, |_| true), None);
+        let mut plan = sim.step(&mut o);
         let (&key, &core) = sim.overrides.iter().next().expect("one override");
-        // Not movable (in handoff, say): left alone.
-        assert_eq!(o.churn(&mut rng, &[0, 1], |_, _| false), None);
+        // Not movable (in handoff, say), or its bucket held, or in the
+        // plan already: left alone.
+        assert_eq!(o.churn(&mut rng, &table, &[], &mut plan, |_| false), None);
+        assert_eq!(o.churn(&mut rng, &table, &[0], &mut plan, |_| true), None);
+        let mut freeing = OverridePlan::default();
+        freeing.free.push((key, Free::Idle));
+        assert_eq!(o.churn(&mut rng, &table, &[], &mut freeing, |_| true), None);
         // One core only: nowhere to go.
-        assert_eq!(o.churn(&mut rng, &[core], |_, _| true), None);
-        let m = o.churn(&mut rng, &[0, 1], |_, _| true).expect("a move");
+        assert_eq!(o.churn(&mut rng, &[core], &[], &mut plan, |_| true), None);
+        let m = o
+            .churn(&mut rng, &table, &[], &mut plan, |_| true)
+            .expect("a move");
         assert_eq!((m.key, m.bucket, m.from, m.to), (key, 0, core, 1 - core));
+        assert_eq!(plan.moves.last(), Some(&m), "added to the plan");
         assert_eq!(o.core_of(&key), Some(1 - core));
         assert_eq!(o.moved_total(), 2);
     }

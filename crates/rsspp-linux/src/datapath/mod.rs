@@ -1560,75 +1560,124 @@ mod tests {
     /// rule to the queue its bucket is not on, and the run's end deletes it.
     #[test]
     fn the_daemon_gives_an_elephant_of_a_shared_bucket_a_rule_to_the_other_queue() {
-        let Some((xdp, key)) = counter_with_slots(8) else {
+        let Some(mut e) = Elephants::start(2, 0) else {
             return;
         };
-        // Queue 0 is served by CPU 0, where this thread runs.
-        pin_to_cpu_0();
-        let mut nic = FakeNic::new("fake0", N, 2).with_rules(64);
-        let rule_table = nic.rule_table().unwrap();
-        let mut path = HardwarePath::new(xdp, nic, vec![0, 1])
-            .unwrap()
-            .with_rules(key.clone(), &rule_table);
-        path.set_serving_cpus(vec![0, 1]);
-        let config = DaemonConfig {
-            targets: vec![0, 1],
-            reta_size: N,
-            control: ControlConfig::default(),
-            balance: true,
-            load: LoadModel::ByPackets,
-            churn: 0,
-            churn_seed: 1,
-            elephants: Some(rsspp_core::orss::OverrideConfig::default()),
-        };
-        let mut d = Daemon::start(config, path, Idle, Duration::ZERO).unwrap();
-        // Two elephants of one bucket, and mice.
-        let b = bucket(&key, &flow(1000));
-        let twin = (1001u16..).find(|&p| bucket(&key, &flow(p)) == b).unwrap();
-        let elephants = [flow(1000), flow(twin)];
         let mut given = None;
         for round in 1..=20u64 {
-            for sport in [1000, twin] {
-                d.datapath_mut()
-                    .xdp()
-                    .test_run(&udp_frame(sport), 2000)
-                    .unwrap();
-            }
-            // (Few runs: each test run flips a static key of the kernel,
-            // slow under nested virtualisation.)
-            for sport in 20000..20002 {
-                d.datapath_mut()
-                    .xdp()
-                    .test_run(&udp_frame(sport), 400)
-                    .unwrap();
-            }
-            d.round(Duration::from_millis(100 * round)).unwrap();
-            let rules = d.datapath_mut().rules();
+            let rules = e.round(round);
             if !rules.is_empty() {
                 given = Some(rules);
                 break;
             }
         }
         let rules = given.expect("no elephant was given a rule in 20 rounds");
+        let d = &mut e.daemon;
         assert_eq!(d.overrides_in_use(), Some(1));
         assert!(d.elephants_moved() >= 1);
         // One elephant, its TCP and UDP rules, to the queue its bucket is
         // not on: the two are apart.
         assert_eq!(rules.len(), 2, "{rules:?}");
-        let bucket_queue = d.table()[b];
+        let bucket_queue = d.table()[e.bucket];
         assert!(
             rules.iter().all(|r| r.queue != bucket_queue),
             "{rules:?}, bucket on {bucket_queue}"
         );
-        let endpoints: Vec<_> = elephants.iter().map(|e| e.endpoints()).collect();
+        let endpoints = [flow(1000).endpoints(), flow(e.twin).endpoints()];
         assert!(rules.iter().all(|r| endpoints.contains(&(
             r.matches.src,
             r.matches.dst,
             r.matches.ports
         ))));
-        let mut path = d.into_datapath();
+        let mut path = e.daemon.into_datapath();
         path.restore().unwrap();
         assert!(path.nic().rules().is_empty());
+    }
+
+    /// `--churn` in hardware mode: an overridden flow's rules are rewritten
+    /// in place to another queue, whatever the load (three queues: on the
+    /// one its bucket is on, the override would be freed as redundant).
+    #[test]
+    fn churn_moves_an_elephants_rules_between_the_queues() {
+        let Some(mut e) = Elephants::start(3, 1) else {
+            return;
+        };
+        // Per rule location, the queues it steered to.
+        let mut seen: std::collections::BTreeMap<u32, std::collections::BTreeSet<u32>> =
+            std::collections::BTreeMap::new();
+        for round in 1..=25u64 {
+            for r in e.round(round) {
+                seen.entry(r.location).or_default().insert(r.queue);
+            }
+            if seen.values().any(|queues| queues.len() == 2) {
+                break;
+            }
+        }
+        assert!(
+            seen.values().any(|queues| queues.len() == 2),
+            "a rule rewritten to the other queue: {seen:?}"
+        );
+    }
+
+    /// A daemon over the hardware path with overrides: a fake NIC with a
+    /// rule table, its queues served by CPUs 0, 1, ..., the counting
+    /// program fed from CPU 0 (this thread, pinned) two elephants of one
+    /// bucket and two mice.
+    struct Elephants {
+        daemon: Daemon<HardwarePath<FakeNic>, Idle>,
+        bucket: usize,
+        /// The second elephant's source port (the first's is 1000).
+        twin: u16,
+    }
+
+    impl Elephants {
+        /// `None` without root.
+        fn start(queues: u32, churn: usize) -> Option<Self> {
+            let (xdp, key) = counter_with_slots(8)?;
+            pin_to_cpu_0();
+            let mut nic = FakeNic::new("fake0", N, queues).with_rules(64);
+            let rule_table = nic.rule_table().unwrap();
+            let targets: Vec<u32> = (0..queues).collect();
+            let mut path = HardwarePath::new(xdp, nic, targets.clone())
+                .unwrap()
+                .with_rules(key.clone(), &rule_table);
+            path.set_serving_cpus(targets.clone());
+            let config = DaemonConfig {
+                targets,
+                reta_size: N,
+                control: ControlConfig::default(),
+                balance: true,
+                load: LoadModel::ByPackets,
+                churn,
+                churn_seed: 3,
+                elephants: Some(rsspp_core::orss::OverrideConfig::default()),
+            };
+            let daemon = Daemon::start(config, path, Idle, Duration::ZERO).unwrap();
+            let b = bucket(&key, &flow(1000));
+            let twin = (1001u16..).find(|&p| bucket(&key, &flow(p)) == b).unwrap();
+            Some(Self {
+                daemon,
+                bucket: b,
+                twin,
+            })
+        }
+
+        /// A round's frames, then the round; the rules in place after it.
+        fn round(&mut self, round: u64) -> Vec<FlowRule> {
+            // (Few runs: each test run flips a static key of the kernel,
+            // slow under nested virtualisation.)
+            for (sport, repeat) in [(1000, 2000), (self.twin, 2000), (20000, 400), (20001, 400)] {
+                self.daemon
+                    .datapath_mut()
+                    .xdp()
+                    .test_run(&udp_frame(sport), repeat)
+                    .unwrap();
+            }
+            self.daemon
+                .round(Duration::from_millis(100 * round))
+                .unwrap();
+            self.daemon.datapath_mut().rules()
+        }
     }
 
     /// The calling thread runs on CPU 0 from now on: the frames it feeds
@@ -1643,65 +1692,5 @@ mod tests {
                 0
             );
         }
-    }
-
-    /// `--churn` in hardware mode: an overridden flow's rules are rewritten
-    /// in place to another queue, whatever the load (three queues: on the
-    /// one its bucket is on, the override would be freed as redundant).
-    #[test]
-    fn churn_moves_an_elephants_rules_between_the_queues() {
-        let Some((xdp, key)) = counter_with_slots(8) else {
-            return;
-        };
-        pin_to_cpu_0();
-        let mut nic = FakeNic::new("fake0", N, 3).with_rules(64);
-        let rule_table = nic.rule_table().unwrap();
-        let mut path = HardwarePath::new(xdp, nic, vec![0, 1, 2])
-            .unwrap()
-            .with_rules(key.clone(), &rule_table);
-        path.set_serving_cpus(vec![0, 1, 2]);
-        let config = DaemonConfig {
-            targets: vec![0, 1, 2],
-            reta_size: N,
-            control: ControlConfig::default(),
-            balance: true,
-            load: LoadModel::ByPackets,
-            churn: 1,
-            churn_seed: 3,
-            elephants: Some(rsspp_core::orss::OverrideConfig::default()),
-        };
-        let mut d = Daemon::start(config, path, Idle, Duration::ZERO).unwrap();
-        let b = bucket(&key, &flow(1000));
-        let twin = (1001u16..).find(|&p| bucket(&key, &flow(p)) == b).unwrap();
-        // Per rule location, the queues it steered to.
-        let mut seen: std::collections::BTreeMap<u32, std::collections::BTreeSet<u32>> =
-            std::collections::BTreeMap::new();
-        for round in 1..=25u64 {
-            for sport in [1000, twin] {
-                d.datapath_mut()
-                    .xdp()
-                    .test_run(&udp_frame(sport), 2000)
-                    .unwrap();
-            }
-            // (Few runs: each test run flips a static key of the kernel,
-            // slow under nested virtualisation.)
-            for sport in 20000..20002 {
-                d.datapath_mut()
-                    .xdp()
-                    .test_run(&udp_frame(sport), 400)
-                    .unwrap();
-            }
-            d.round(Duration::from_millis(100 * round)).unwrap();
-            for r in d.datapath_mut().rules() {
-                seen.entry(r.location).or_default().insert(r.queue);
-            }
-            if seen.values().any(|queues| queues.len() == 2) {
-                break;
-            }
-        }
-        assert!(
-            seen.values().any(|queues| queues.len() == 2),
-            "a rule rewritten to the other queue: {seen:?}"
-        );
     }
 }
