@@ -437,6 +437,8 @@ struct RuleSide {
     refused: Vec<FlowInput>,
     /// The NIC refused a rule as unsupported: no more are tried.
     unsupported: bool,
+    /// A full rule table was said.
+    full_said: bool,
     /// Where the locations in use are saved (for `rsspp detach` after a
     /// SIGKILL): the interface, and its saved table.
     saved: Option<(String, SavedTable)>,
@@ -524,6 +526,7 @@ impl<N: RssDevice> HardwarePath<N> {
             locations,
             refused: Vec::new(),
             unsupported: false,
+            full_said: false,
             saved: None,
         }));
         self
@@ -574,7 +577,13 @@ impl<N: RssDevice> HardwarePath<N> {
             let (src, dst, ports) = flow.endpoints();
             let matches = RuleMatch::for_flow(src, dst, ports);
             if side.locations.len() < matches.len() {
-                tracing::warn!(%flow, "the NIC's ntuple rule table is full: the flow stays with its bucket");
+                // Said once a run: the controller tries again and again.
+                if side.full_said {
+                    tracing::debug!(%flow, "the NIC's ntuple rule table is full: the flow stays with its bucket");
+                } else {
+                    tracing::warn!(%flow, "the NIC's ntuple rule table is full: the flow stays with its bucket (said once)");
+                    side.full_said = true;
+                }
                 return Ok(None);
             }
             matches
