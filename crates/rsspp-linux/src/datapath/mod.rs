@@ -304,10 +304,9 @@ impl DataPath for SoftwarePath {
             return Ok(());
         };
         for flow in free {
-            let Some(slot) = side.slots.release(flow) else {
+            let Some(slot) = side.slots.release(&self.xdp, flow)? else {
                 continue;
             };
-            self.xdp.delete_override(flow)?;
             if let Some(h) = &mut side.handoffs {
                 h.complete(slot, Completion::Idle);
             }
@@ -833,14 +832,13 @@ impl<N: RssDevice> DataPath for HardwarePath<N> {
         };
         for flow in free {
             side.refused.retain(|f| f != flow);
-            let Some(slot) = side.slots.release(flow) else {
+            let Some(slot) = side.slots.release(&self.xdp, flow)? else {
                 continue;
             };
             for r in std::mem::take(&mut side.rules[slot]) {
                 self.nic.delete_rule(r.location)?;
                 side.locations.push(r.location);
             }
-            self.xdp.delete_override(flow)?;
         }
         if moves.iter().any(|m| m.new) {
             side.slots.refresh(&self.xdp)?;
@@ -872,8 +870,7 @@ impl<N: RssDevice> DataPath for HardwarePath<N> {
                 // flow is the bucket's again.
                 (Some(s), None) => {
                     side.rules[s].clear();
-                    side.slots.release(&m.flow);
-                    self.xdp.delete_override(&m.flow)?;
+                    side.slots.release(&self.xdp, &m.flow)?;
                     side.refused.push(m.flow);
                 }
                 (None, None) => side.refused.push(m.flow),

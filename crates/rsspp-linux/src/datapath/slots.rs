@@ -89,14 +89,23 @@ impl FlowSlots {
         Ok(())
     }
 
-    /// Takes `flow`'s slot back; returns it.
-    pub(super) fn release(&mut self, flow: &FlowInput) -> Option<usize> {
-        let slot = self.slot_of.remove(flow)?;
+    /// Takes `flow`'s slot back and deletes its entry from the program's
+    /// override table (its frames follow its bucket again); returns the
+    /// slot, `None` if the flow held none.
+    pub(super) fn release(
+        &mut self,
+        xdp: &Xdp,
+        flow: &FlowInput,
+    ) -> Result<Option<usize>, XdpError> {
+        let Some(slot) = self.slot_of.remove(flow) else {
+            return Ok(None);
+        };
         if let Some((_, bucket)) = self.slots[slot].take() {
             self.overrides_in[bucket] -= 1;
         }
         self.free.push(slot);
-        Some(slot)
+        xdp.delete_override(flow)?;
+        Ok(Some(slot))
     }
 
     /// Re-reads the slots' packets, so that slots given next count from
