@@ -602,12 +602,38 @@ impl SavedTable {
     /// daemon is gone (it never put it back), else `current`. Returns the
     /// pid of that daemon too.
     pub fn original(iface: &str, context: u32, current: Vec<u32>) -> (Vec<u32>, Option<u32>) {
-        match Self::read(iface) {
-            Some(saved)
-                if !alive(saved.pid)
-                    && saved.context == context
-                    && saved.table.len() == current.len() =>
-            {
+        Self::chosen(Self::left(iface), context, current)
+    }
+
+    /// What a hardware-mode run finds of one before it on `nic`: the ntuple
+    /// rules a run that is gone left are deleted (their locations free
+    /// again), and the table to put back is returned as
+    /// [`SavedTable::original`] does.
+    pub fn recover<N: crate::ethtool::RssDevice + ?Sized>(
+        nic: &mut N,
+        iface: &str,
+        context: u32,
+        current: Vec<u32>,
+    ) -> (Vec<u32>, Option<u32>) {
+        let left = Self::left(iface);
+        if let Some(saved) = &left {
+            delete_left_rules(nic, saved);
+        }
+        Self::chosen(left, context, current)
+    }
+
+    /// `iface`'s saved table, if its daemon is gone.
+    fn left(iface: &str) -> Option<SavedTable> {
+        Self::read(iface).filter(|saved| !alive(saved.pid))
+    }
+
+    fn chosen(
+        left: Option<SavedTable>,
+        context: u32,
+        current: Vec<u32>,
+    ) -> (Vec<u32>, Option<u32>) {
+        match left {
+            Some(saved) if saved.context == context && saved.table.len() == current.len() => {
                 (saved.table, Some(saved.pid))
             }
             _ => (current, None),
@@ -1077,14 +1103,20 @@ mod tests {
             };
             nic.insert_rule(&rule).unwrap();
         }
+        let iface = format!("rsspp-rules-{}", std::process::id());
         let saved = SavedTable {
             pid: dead_pid(),
             context: 0,
-            table: vec![0; 64],
+            table: vec![1; 64],
             // 13: gone already, no error.
             rules: vec![13, 14, 15],
         };
-        delete_left_rules(&mut nic, &saved);
+        saved.write(&iface).unwrap();
+        // The next hardware-mode run: the killed run's rules deleted, its
+        // saved original the table to put back.
+        let (original, by) = SavedTable::recover(&mut nic, &iface, 0, vec![0; 64]);
+        SavedTable::remove(&iface);
+        assert_eq!((original, by), (vec![1; 64], Some(saved.pid)));
         let left: Vec<u32> = nic.rules().iter().map(|r| r.location).collect();
         assert_eq!(left, vec![3], "someone else's rule stays");
     }

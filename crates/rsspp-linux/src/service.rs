@@ -710,13 +710,25 @@ fn start_hardware(
     let iface = &config.iface;
     let mut nic = Ethtool::open(iface)?.context(context)?;
     info!(iface = %iface, context, "the NIC's table is read and written through {}", nic.interface());
-    // A run that was killed left its ntuple rules: deleted first, so that
-    // their locations are free again.
-    if let Some(left) = SavedTable::read(iface).filter(|s| !lifecycle::alive(s.pid)) {
-        lifecycle::delete_left_rules(&mut nic, &left);
+    let rss = nic.rss()?;
+    let size = rss.indirection.len();
+    if let Some(asked) = asked {
+        if asked != size {
+            return Err(ServiceError::TableSize {
+                iface: iface.clone(),
+                size,
+                asked,
+            });
+        }
     }
+    // The table to put back: the NIC's, unless a daemon that never put
+    // its original back saved it (SIGKILL, --keep). The ntuple rules such
+    // a run left are deleted first, so that their locations are free.
+    let (original, saved_by) =
+        SavedTable::recover(&mut nic, iface, context, rss.indirection.clone());
     // Per-flow overrides are the NIC's ntuple rules.
-    let rules = match config.elephants() {
+    let elephants = config.elephants();
+    let rules = match elephants {
         None => None,
         Some(_) => match nic.rule_table() {
             Ok(table) => {
@@ -730,17 +742,6 @@ fn start_hardware(
             Err(e) => return Err(e.into()),
         },
     };
-    let rss = nic.rss()?;
-    let size = rss.indirection.len();
-    if let Some(asked) = asked {
-        if asked != size {
-            return Err(ServiceError::TableSize {
-                iface: iface.clone(),
-                size,
-                asked,
-            });
-        }
-    }
     let key = if rss.key.is_empty() {
         warn!(iface = %iface, "the NIC reports no RSS key: counting with Microsoft's");
         RssKey::microsoft()
@@ -758,7 +759,7 @@ fn start_hardware(
         key,
         default_cpu: targets[0],
         force: config.force,
-        override_slots: match (&rules, config.elephants()) {
+        override_slots: match (&rules, elephants) {
             (Some(_), Some(e)) => e.max_overrides,
             _ => 0,
         },
@@ -767,9 +768,6 @@ fn start_hardware(
     HardwarePath::check_queues(&mut nic, &targets)?;
     let mut xdp = load_counter(&options)?;
     xdp.attach()?;
-    // The table to put back: the NIC's, unless a daemon that never put
-    // its original back saved it (SIGKILL, --keep).
-    let (original, saved_by) = SavedTable::original(iface, context, rss.indirection.clone());
     if let Some(pid) = saved_by {
         warn!(iface = %iface, pid, "the NIC's table was left by an rsspp run (pid {pid}) that did not put the original back: the original it saved will be put back on exit");
     }

@@ -133,8 +133,11 @@ impl Nic {
             )));
         }
         // The table to put back: the NIC's, unless a run that never put its
-        // original back (SIGKILL) saved it.
-        let (original, saved_by) = SavedTable::original(iface, 0, rss.indirection.clone());
+        // original back (SIGKILL) saved it; the ntuple rules a killed
+        // `rsspp run --mode hardware` left are deleted (they would steer
+        // flows past the buckets).
+        let (original, saved_by) =
+            SavedTable::recover(&mut device, iface, 0, rss.indirection.clone());
         if let Some(pid) = saved_by {
             warn!("{iface}'s table was left by an rsspp run (pid {pid}) that did not put the original back: the original it saved will be put back on exit");
         }
