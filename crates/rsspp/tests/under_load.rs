@@ -140,10 +140,11 @@ fn moves_under_load_keep_each_flows_order() {
 
     // The same with the mechanism off: the test can fail. Whether an
     // immediate move overtakes a packet still queued on the old CPU
-    // depends on the two CPUs' timing (6 to 256 per 1,000 moves here, and
-    // once none in a run): up to three runs must show it.
+    // depends on the two CPUs' timing (6 to 256 per 1,000 moves here; on
+    // 2026-11-28 four runs of nine saw none, three of them in a row in one
+    // fresh clone): up to five runs must show it.
     let mut reordered = 0;
-    for attempt in 1..=3 {
+    for attempt in 1..=5 {
         let immediate = churn("immediate", 19_471);
         eprintln!(
             "immediate (run {attempt}): sent {}, received {}, reordered {}, {} moves",
@@ -160,7 +161,7 @@ fn moves_under_load_keep_each_flows_order() {
     }
     assert!(
         reordered > 0,
-        "immediate moves under load reordered nothing in three runs: the test cannot tell"
+        "immediate moves under load reordered nothing in five runs: the test cannot tell"
     );
 }
 
