@@ -150,6 +150,17 @@ pub trait Policy: Send {
     /// Runs the timer due at `now`.
     fn timer(&mut self, _now: Ns, _sys: &mut System<'_>) {}
 
+    /// Whether a poll only takes the ready packets of the core's own queues
+    /// (the default [`poll`](Self::poll)) and the policy never keeps work of
+    /// its own ([`has_work`](Self::has_work) always false). A core whose
+    /// queues are empty when its batch ends then finds nothing at the poll
+    /// that follows unless a packet is queued for it or it is woken first,
+    /// and the engine only runs that poll if one is (the results are the
+    /// same; an idle poll costs the host as much as a batch of one packet).
+    fn polls_own_queues_only(&self) -> bool {
+        false
+    }
+
     /// Whether processing core `core` is in use now (scaling policies leave
     /// some idle).
     fn is_active(&self, _core: usize) -> bool {
@@ -285,6 +296,13 @@ impl Queues {
             .min()
     }
 
+    /// Whether every queue `core` polls is empty.
+    pub(crate) fn polled_empty(&self, core: usize) -> bool {
+        self.polls[core]
+            .iter()
+            .all(|&q| self.queues[q].items.is_empty())
+    }
+
     /// Takes up to `max` packets from the queues `core` polls, in order.
     pub fn take_polled(&mut self, core: usize, now: Ns, max: usize, batch: &mut Vec<SimPacket>) {
         let start = batch.len();
@@ -332,12 +350,26 @@ impl CoreState {
 /// the moment its poll is due until the engine runs it), taken earliest
 /// first, polls due at the same instant in the order they were scheduled.
 /// With a handful of cores a slot per core and a scan beat a heap.
+///
+/// A poll may also be *held*: the poll that follows a batch when the core's
+/// queues are empty then and the policy has nothing else for it
+/// ([`Policy::polls_own_queues_only`]). It keeps its place in the order but
+/// is not taken until a packet is queued for the core or the core is woken
+/// ([`Self::release`]); one whose time passed first was an idle poll, and
+/// the core has slept since ([`Self::lapsed`]).
 #[derive(Debug, Clone)]
 pub(crate) struct PollEvents {
     /// Per core: when its poll is due (high 64 bits) and the order it was
     /// scheduled in (low 64 bits), compared as one number; [`Self::NONE`]
     /// when none is due.
     due: Vec<u128>,
+    /// Per core: its held poll's key, [`Self::NONE`] when none is held.
+    held: Vec<u128>,
+    /// Polls held.
+    holding: usize,
+    /// The engine's place in the order of keys: every poll with a smaller
+    /// key has run (or, held, has lapsed).
+    position: u128,
     /// The core whose poll comes first (`usize::MAX`: none due).
     first: usize,
     scheduled: u64,
@@ -349,20 +381,39 @@ impl PollEvents {
     pub(crate) fn new(cores: usize) -> Self {
         Self {
             due: vec![Self::NONE; cores],
+            held: vec![Self::NONE; cores],
+            holding: 0,
+            position: 0,
             first: usize::MAX,
             scheduled: 0,
         }
     }
 
+    fn key(&mut self, at: Ns) -> u128 {
+        self.scheduled += 1;
+        (u128::from(at) << 64) | u128::from(self.scheduled)
+    }
+
     /// Core `core`, which has no poll due, polls at `at`.
     pub(crate) fn push(&mut self, core: usize, at: Ns) {
+        let key = self.key(at);
+        self.push_key(core, key);
+    }
+
+    fn push_key(&mut self, core: usize, key: u128) {
         assert_eq!(self.due[core], Self::NONE, "one poll per core");
-        self.scheduled += 1;
-        let key = (u128::from(at) << 64) | u128::from(self.scheduled);
         self.due[core] = key;
         if self.first == usize::MAX || key < self.due[self.first] {
             self.first = core;
         }
+    }
+
+    /// Core `core`, which has no poll due, polls at `at` if a packet is
+    /// queued for it or it is woken before then (held).
+    pub(crate) fn hold(&mut self, core: usize, at: Ns) {
+        debug_assert_eq!(self.due[core], Self::NONE, "one poll per core");
+        self.held[core] = self.key(at);
+        self.holding += 1;
     }
 
     /// When the first poll is due.
@@ -373,10 +424,58 @@ impl PollEvents {
     /// Takes the first poll: (due, core).
     pub(crate) fn pop(&mut self) -> Option<(Ns, usize)> {
         let core = self.first;
-        let at = (*self.due.get(core)? >> 64) as Ns;
+        let key = *self.due.get(core)?;
+        self.position = key;
         self.due[core] = Self::NONE;
         self.first = first_of(&self.due);
-        Some((at, core))
+        Some(((key >> 64) as Ns, core))
+    }
+
+    /// The engine has run everything due up to `key` (a timer or an
+    /// arrival at its instant).
+    pub(crate) fn advance(&mut self, key: u128) {
+        self.position = self.position.max(key);
+    }
+
+    /// Whether `core` has a held poll.
+    pub(crate) fn is_held(&self, core: usize) -> bool {
+        self.held[core] != Self::NONE
+    }
+
+    /// Whether any core has a held poll.
+    pub(crate) fn holds_any(&self) -> bool {
+        self.holding > 0
+    }
+
+    /// The time of `core`'s held poll if it lapsed (its turn passed: the
+    /// core polled then, found nothing and slept); `None` when it holds
+    /// none or its turn is still to come.
+    pub(crate) fn lapsed(&self, core: usize) -> Option<Ns> {
+        let key = self.held[core];
+        (key != Self::NONE && key < self.position).then_some((key >> 64) as Ns)
+    }
+
+    /// Drops `core`'s held poll (lapsed).
+    pub(crate) fn forget(&mut self, core: usize) {
+        self.held[core] = Self::NONE;
+        self.holding -= 1;
+    }
+
+    /// Makes `core`'s held poll due, in its place.
+    pub(crate) fn release(&mut self, core: usize) {
+        let key = std::mem::replace(&mut self.held[core], Self::NONE);
+        self.holding -= 1;
+        self.push_key(core, key);
+    }
+
+    /// Makes every held poll due (the input is over: they run, in their
+    /// places, as the idle polls they are).
+    pub(crate) fn release_all(&mut self) {
+        for core in 0..self.held.len() {
+            if self.is_held(core) {
+                self.release(core);
+            }
+        }
     }
 }
 
@@ -418,6 +517,10 @@ pub(crate) struct Shared {
 
 impl Shared {
     pub(crate) fn schedule(&mut self, core: usize, at: Ns) {
+        if self.settle_held(core) {
+            self.events.release(core);
+            return;
+        }
         let c = &mut self.cores[core];
         if c.scheduled {
             return;
@@ -428,13 +531,47 @@ impl Shared {
         self.events.push(core, at);
     }
 
-    /// Wakes one sleeping poller of queue `q` for a packet ready at `at`.
+    /// Whether `core` has a held poll still to come. One that lapsed is
+    /// dropped, the core left as that idle poll left it: its batch
+    /// counted, asleep.
+    fn settle_held(&mut self, core: usize) -> bool {
+        if !self.events.is_held(core) {
+            return false;
+        }
+        let Some(at) = self.events.lapsed(core) else {
+            return true;
+        };
+        self.events.forget(core);
+        let c = &mut self.cores[core];
+        c.busy_done += c.batch_end - c.batch_start;
+        c.scheduled = false;
+        c.batch_start = at;
+        c.batch_end = at;
+        false
+    }
+
+    /// Wakes one sleeping poller of queue `q` for a packet ready at `at`
+    /// (and makes every held poll of its pollers due: their queue is no
+    /// longer empty).
     pub(crate) fn wake_pollers(&mut self, q: usize, at: Ns) {
+        if !self.events.holds_any() {
+            for i in 0..self.queues.pollers[q].len() {
+                let core = self.queues.pollers[q][i];
+                if !self.cores[core].scheduled {
+                    self.schedule(core, at);
+                    return;
+                }
+            }
+            return;
+        }
+        let mut woken = false;
         for i in 0..self.queues.pollers[q].len() {
             let core = self.queues.pollers[q][i];
-            if !self.cores[core].scheduled {
+            if self.settle_held(core) {
+                self.events.release(core);
+            } else if !woken && !self.cores[core].scheduled {
                 self.schedule(core, at);
-                return;
+                woken = true;
             }
         }
     }

@@ -320,6 +320,10 @@ impl Policy for Metron {
         StateTable::Sharded
     }
 
+    fn polls_own_queues_only(&self) -> bool {
+        true
+    }
+
     fn steer(&mut self, p: &SimPacket, _now: Ns) -> Option<usize> {
         let i = (p.class_key >> (32 - FINEST_BITS)) as usize;
         self.packets[i] = self.packets[i].saturating_add(1);

@@ -106,6 +106,10 @@ impl Policy for OvsAlb {
         self.state_table
     }
 
+    fn polls_own_queues_only(&self) -> bool {
+        true
+    }
+
     fn steer(&mut self, p: &SimPacket, _now: Ns) -> Option<usize> {
         Some(self.balancer.assignment()[self.rxq(p)])
     }

@@ -41,6 +41,10 @@ impl Policy for Rss {
         self.state_table
     }
 
+    fn polls_own_queues_only(&self) -> bool {
+        true
+    }
+
     fn steer(&mut self, p: &SimPacket, _now: Ns) -> Option<usize> {
         Some(self.table.core_of(bucket_of(p.hash, self.table.len())))
     }

@@ -181,6 +181,10 @@ impl Policy for SoftwareDispatch {
         self.placement.state_table()
     }
 
+    fn polls_own_queues_only(&self) -> bool {
+        true
+    }
+
     fn steer(&mut self, _p: &SimPacket, _now: Ns) -> Option<usize> {
         Some(self.dispatcher.nic_queue())
     }

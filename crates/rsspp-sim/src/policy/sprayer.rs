@@ -36,6 +36,10 @@ impl Policy for Sprayer {
         StateTable::Shared
     }
 
+    fn polls_own_queues_only(&self) -> bool {
+        true
+    }
+
     fn steer(&mut self, p: &SimPacket, _now: Ns) -> Option<usize> {
         Some(p.spray_value() as usize % self.topology.workers)
     }
