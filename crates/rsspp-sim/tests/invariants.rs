@@ -5,7 +5,8 @@
 mod common;
 
 use common::*;
-use rsspp_sim::policy::{AUTOSCALING_NAMES, POLICY_NAMES};
+use rsspp_sim::policy::{build, AUTOSCALING_NAMES, POLICY_NAMES, PRODUCTION_NAMES};
+use rsspp_sim::system::PolicyConfig;
 
 #[test]
 fn packets_are_conserved_and_flow_aware_policies_keep_order() {
@@ -52,16 +53,18 @@ fn packets_are_conserved_and_flow_aware_policies_keep_order() {
 /// between packets), with the dispatching policies' software rings.
 #[test]
 fn held_idle_polls_change_no_result() {
-    let names = [
-        "rss",
-        "sprayer",
-        "sw-shared",
-        "sw-rr",
-        "sw-stateful-rr",
-        "sw-stateful-load",
-        "metron",
-        "ovs-alb",
-    ];
+    let names: Vec<&str> = POLICY_NAMES
+        .iter()
+        .chain(AUTOSCALING_NAMES)
+        .chain(PRODUCTION_NAMES)
+        .copied()
+        .filter(|name| {
+            build(name, &PolicyConfig::default())
+                .unwrap()
+                .polls_own_queues_only()
+        })
+        .collect();
+    assert!(names.len() >= 8, "{names:?}");
     for (speed, clock_ghz) in [(0.2, 0.3), (0.05, 2.3)] {
         let mut held = at_speed(campus4(4, 1.0, &names), speed);
         held.engine.cost.clock_ghz = clock_ghz;
